@@ -1,0 +1,70 @@
+"""Multi-head bidirectional self-attention with every intermediate exposed as a HookPoint."""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from tfmatcomp.config import EncoderConfig
+
+
+class Attention(nn.Module):
+    """Scaled dot-product attention, weights in TransformerLens layout.
+
+    Parameters: ``W_Q, W_K, W_V [n_heads, d_model, d_head]``, ``b_Q, b_K, b_V [n_heads, d_head]``,
+    ``W_O [n_heads, d_head, d_model]``, ``b_O [d_model]``.
+
+    Hooks (an edit at any of them changes everything downstream, pattern edits included):
+        hook_q, hook_k, hook_v: ``[batch, pos, n_heads, d_head]``.
+        hook_attn_scores: ``[batch, n_heads, query_pos, key_pos]``, pre-softmax, after scaling by
+            ``1/sqrt(d_head)`` and adding the (optional) padding mask.
+        hook_pattern: ``[batch, n_heads, query_pos, key_pos]``, softmax probabilities.
+        hook_z: ``[batch, pos, n_heads, d_head]``, ``pattern @ v`` per head, before ``W_O`` (the
+            papers' "hidden state just after the attention head").
+    """
+
+    def __init__(self, cfg: EncoderConfig):
+        super().__init__()
+        h, d, e = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.cfg = cfg
+        self.W_Q = nn.Parameter(torch.empty(h, d, e))
+        self.W_K = nn.Parameter(torch.empty(h, d, e))
+        self.W_V = nn.Parameter(torch.empty(h, d, e))
+        self.W_O = nn.Parameter(torch.empty(h, e, d))
+        self.b_Q = nn.Parameter(torch.zeros(h, e))
+        self.b_K = nn.Parameter(torch.zeros(h, e))
+        self.b_V = nn.Parameter(torch.zeros(h, e))
+        self.b_O = nn.Parameter(torch.zeros(d))
+        self.scale = e ** -0.5
+        self.hook_q = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_k = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_v = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos]
+        self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
+        self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+
+    @staticmethod
+    def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
+        # [batch, pos, d_model] @ [d_model, head * d_head] as one matmul, then split heads.
+        h, d, e = W.shape
+        out = x @ W.permute(1, 0, 2).reshape(d, h * e)
+        return out.view(*x.shape[:-1], h, e) + b
+
+    def forward(
+        self,
+        x: Float[Tensor, "batch pos d_model"],
+        additive_mask: Float[Tensor, "batch 1 1 key_pos"] | None = None,
+    ) -> Float[Tensor, "batch pos d_model"]:
+        q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
+        k = self.hook_k(self._project(x, self.W_K, self.b_K))
+        v = self.hook_v(self._project(x, self.W_V, self.b_V))
+        scores = q.permute(0, 2, 1, 3) @ k.permute(0, 2, 3, 1) * self.scale
+        if additive_mask is not None:
+            scores = scores + additive_mask
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        z = self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3))
+        h, e, d = self.W_O.shape
+        return z.reshape(*z.shape[:2], h * e) @ self.W_O.reshape(h * e, d) + self.b_O

@@ -1,0 +1,234 @@
+"""Model, task and training configurations, and the named presets.
+
+Presets are reachable by name from Python and from the command line (``--preset``):
+
+* ``paper-4l8h``: the papers' main model: 7x7 rank-2 matrices, 4 layers, 8 heads, d_model 768,
+  d_mlp 3072, Adam lr 1e-4, batch 256, 50,000 steps.
+* ``paper-12l12h``: the papers' large model (12 layers, 12 heads, lr 5e-5).
+* ``tiny``: a CPU-sized model that shows the plateau and the sudden drop in minutes (see
+  docs/tiny-preset.md for how it was chosen).
+
+Example:
+    >>> from tfmatcomp import EncoderConfig, get_preset
+    >>> EncoderConfig.from_preset("paper-4l8h").d_head
+    96
+    >>> get_preset("tiny").task.n_rows
+    4
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Shape and numerics of a post-LN BERT encoder with a real-valued read-out.
+
+    Attributes:
+        n_layers, n_heads, d_model, d_mlp: the usual sizes; ``d_head = d_model // n_heads``
+            unless given.
+        n_ctx: number of learned absolute positions (``n_rows * n_cols`` for the task).
+        d_vocab: vocabulary size (2002 for the value tokenizer).
+        d_out: read-out width (1: one real value per position).
+        n_token_types: token-type embeddings (0: none, as in the papers).
+        learned_mask_embedding: False (paper): the MASK row of the token embedding is zero and never
+            trained, so masked positions carry only their positional embedding. True: MASK has a
+            trained embedding like any other token.
+        mask_token_id: the MASK id (0).
+        layer_norm_eps, init_range, act_fn: as HuggingFace BERT (1e-12, 0.02, exact GELU).
+    """
+
+    n_layers: int = 4
+    n_heads: int = 8
+    d_model: int = 768
+    d_mlp: int = 3072
+    n_ctx: int = 49
+    d_vocab: int = 2002
+    d_head: int | None = None
+    d_out: int = 1
+    n_token_types: int = 0
+    learned_mask_embedding: bool = False
+    mask_token_id: int = 0
+    layer_norm_eps: float = 1e-12
+    init_range: float = 0.02
+    act_fn: str = "gelu"
+
+    def __post_init__(self) -> None:
+        for name in ("n_layers", "n_heads", "d_model", "d_mlp", "n_ctx", "d_vocab", "d_out"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if self.d_head is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(f"d_model: {self.d_model} is not divisible by n_heads "
+                                 f"{self.n_heads}; pass d_head explicitly")
+            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
+        if self.n_token_types < 0:
+            raise ValueError(f"n_token_types: must be >= 0, got {self.n_token_types}")
+        if self.act_fn not in ("gelu", "gelu_new", "relu"):
+            raise ValueError(f"act_fn: must be 'gelu', 'gelu_new' or 'relu', got {self.act_fn!r}")
+        if not 0 <= self.mask_token_id < self.d_vocab:
+            raise ValueError(f"mask_token_id: must lie in [0, {self.d_vocab - 1}], "
+                             f"got {self.mask_token_id}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EncoderConfig":
+        """Build from a dict, refusing unknown keys (a sign of a config from another program)."""
+        return _from_dict(cls, data, "config")
+
+    @classmethod
+    def from_preset(cls, name: str) -> "EncoderConfig":
+        """The model part of a named preset (see :data:`PRESETS`)."""
+        return get_preset(name).model
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Parameters of :class:`tfmatcomp.MatrixCompletionTask` (serializable)."""
+
+    n_rows: int = 7
+    n_cols: int | None = None
+    rank: int | None = 2
+    p_mask: float = 0.3
+    distribution: str = "uniform"
+
+    def build(self):
+        """The :class:`~tfmatcomp.data.MatrixCompletionTask` this config describes."""
+        from tfmatcomp.data import MatrixCompletionTask
+
+        return MatrixCompletionTask(n_rows=self.n_rows, n_cols=self.n_cols, rank=self.rank,
+                                    p_mask=self.p_mask, distribution=self.distribution)
+
+    @property
+    def n_positions(self) -> int:
+        return self.n_rows * (self.n_cols or self.n_rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TaskConfig":
+        return _from_dict(cls, data, "task config")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Online training hyper-parameters (paper defaults for paper-4l8h).
+
+    Attributes:
+        n_steps: optimizer steps; a fresh batch is sampled at every step.
+        batch_size, eval_batch_size: training batch and fresh evaluation batch (256, 64).
+        lr: constant Adam learning rate (no warm-up, no decay, no clipping).
+        seed: seeds the model initialization and both data streams.
+        log_every: steps between metrics-log lines.
+        checkpoint_steps: steps at which a checkpoint is always written (paper: 4,000 pre-shift,
+            14,000, 16,000, 20,000, and the last step).
+        checkpoint_every: also write a checkpoint every this many steps (0: never).
+    """
+
+    n_steps: int = 50_000
+    batch_size: int = 256
+    eval_batch_size: int = 64
+    lr: float = 1e-4
+    seed: int = 0
+    log_every: int = 100
+    checkpoint_steps: tuple[int, ...] = (4_000, 14_000, 16_000, 20_000)
+    checkpoint_every: int = 5_000
+
+    def __post_init__(self) -> None:
+        for name in ("n_steps", "batch_size", "eval_batch_size", "log_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        if not (self.lr > 0):
+            raise ValueError(f"lr: must be > 0, got {self.lr!r}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every: must be >= 0, got {self.checkpoint_every}")
+        object.__setattr__(self, "checkpoint_steps", tuple(int(s) for s in self.checkpoint_steps))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["checkpoint_steps"] = list(self.checkpoint_steps)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
+        return _from_dict(cls, data, "train config")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named bundle: model, task and training configuration."""
+
+    name: str
+    model: EncoderConfig
+    task: TaskConfig
+    train: TrainConfig
+    description: str = ""
+
+
+def _from_dict(cls, data: dict[str, Any], what: str):
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{what}: unknown keys {unknown}; allowed keys are {sorted(names)}")
+    return cls(**data)
+
+
+def _paper_checkpoints() -> tuple[int, ...]:
+    return (4_000, 14_000, 16_000, 20_000)
+
+
+PRESETS: dict[str, Preset] = {
+    "paper-4l8h": Preset(
+        name="paper-4l8h",
+        model=EncoderConfig(n_layers=4, n_heads=8, d_model=768, d_mlp=3072, n_ctx=49),
+        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
+        train=TrainConfig(n_steps=50_000, batch_size=256, eval_batch_size=64, lr=1e-4,
+                          checkpoint_steps=_paper_checkpoints(), checkpoint_every=5_000),
+        description="Gopalani et al.: 4 layers x 8 heads x 768, 7x7 rank-2, 50k steps at lr 1e-4.",
+    ),
+    "paper-12l12h": Preset(
+        name="paper-12l12h",
+        model=EncoderConfig(n_layers=12, n_heads=12, d_model=768, d_mlp=3072, n_ctx=49),
+        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
+        train=TrainConfig(n_steps=50_000, batch_size=256, eval_batch_size=64, lr=5e-5,
+                          checkpoint_steps=_paper_checkpoints(), checkpoint_every=5_000),
+        description="Gopalani et al.'s large model: 12 layers x 12 heads, lr 5e-5.",
+    ),
+    "tiny": Preset(
+        name="tiny",
+        model=EncoderConfig(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=16),
+        task=TaskConfig(n_rows=4, rank=1, p_mask=0.3),
+        train=TrainConfig(n_steps=20_000, batch_size=128, eval_batch_size=64, lr=1e-3,
+                          log_every=50, checkpoint_steps=(500, 8_000, 10_000, 12_000, 14_000),
+                          checkpoint_every=2_000),
+        description="CPU preset: 4x4 rank-1, 2 layers x 4 heads x 64; plateau then drop in minutes.",
+    ),
+}
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called ``name``.
+
+    Raises:
+        ValueError: for an unknown name, listing the known ones.
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"preset: unknown preset {name!r}; choose one of {sorted(PRESETS)}") from None
+
+
+def dumps(obj: Any) -> str:
+    """JSON text of a config dataclass (used in checkpoints)."""
+    return json.dumps(obj.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,240 @@
+"""The matrix-completion task: low-rank matrices, masks, tokenized batches, and X -> -X.
+
+A matrix ``X = U V^T`` (``U`` of shape ``(n_rows, rank)``, ``V`` of shape ``(n_cols, rank)``, entries
+iid Uniform[-1, 1] by default) is flattened row-major into a sequence: position ``k = n_cols * row +
+col``. Each entry is observed with probability ``1 - p_mask``; masked entries become the MASK token.
+Targets are ``X`` rounded to two decimals (the tokenizer's grid), as in the papers.
+
+Example:
+    >>> import torch
+    >>> from tfmatcomp import MatrixCompletionTask
+    >>> task = MatrixCompletionTask(n_rows=7, rank=2, p_mask=0.3)
+    >>> batch = task.sample(4, generator=torch.Generator().manual_seed(0))
+    >>> batch.tokens.shape, batch.values.shape, batch.observed.dtype
+    (torch.Size([4, 49]), torch.Size([4, 49]), torch.bool)
+    >>> neg = batch.negated()          # -X with the same mask
+    >>> bool((neg.observed == batch.observed).all())
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from tfmatcomp.tokenizer import ValueTokenizer
+
+__all__ = ["MatrixBatch", "MatrixCompletionTask", "Distribution"]
+
+Distribution = Literal["uniform", "gaussian", "laplace"]
+_DISTRIBUTIONS = ("uniform", "gaussian", "laplace")
+
+
+@dataclass(frozen=True)
+class MatrixBatch:
+    """A tokenized batch of masked matrices (one sequence per matrix, row-major).
+
+    Attributes:
+        tokens: input ids, MASK (0) at masked entries. ``[batch, n_rows * n_cols]``.
+        values: targets, ``X`` rounded to the tokenizer grid. ``[batch, n_rows * n_cols]``.
+        observed: True where the entry is shown to the model. ``[batch, n_rows * n_cols]``.
+        n_rows, n_cols: the matrix shape.
+        tokenizer: the tokenizer that made ``tokens``.
+    """
+
+    tokens: Int[Tensor, "batch pos"]
+    values: Float[Tensor, "batch pos"]
+    observed: Bool[Tensor, "batch pos"]
+    n_rows: int
+    n_cols: int
+    tokenizer: ValueTokenizer = field(default_factory=ValueTokenizer, repr=False)
+
+    @property
+    def masked(self) -> Bool[Tensor, "batch pos"]:
+        """True at masked (hidden) entries: the complement of ``observed``."""
+        return ~self.observed
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
+    @property
+    def matrices(self) -> Float[Tensor, "batch n_rows n_cols"]:
+        """The targets as matrices ``[batch, n_rows, n_cols]``."""
+        return self.values.reshape(-1, self.n_rows, self.n_cols)
+
+    def to(self, device: torch.device | str) -> "MatrixBatch":
+        """The same batch on ``device``."""
+        return replace(self, tokens=self.tokens.to(device), values=self.values.to(device),
+                       observed=self.observed.to(device))
+
+    def negated(self) -> "MatrixBatch":
+        """The batch for ``-X`` with the same mask (the papers' activation-patching pair)."""
+        return MatrixBatch.from_values(-self.values, self.observed, self.n_rows, self.n_cols,
+                                       self.tokenizer)
+
+    def with_mask_value(self, value: float) -> Int[Tensor, "batch pos"]:
+        """Tokens with every MASK replaced by the token of the real value ``value``."""
+        fill = self.tokenizer.encode(torch.tensor(float(value))).to(self.device)
+        return torch.where(self.observed, self.tokens, fill)
+
+    def __getitem__(self, index: slice | Tensor) -> "MatrixBatch":
+        """A sub-batch (e.g. ``batch[:8]``)."""
+        return replace(self, tokens=self.tokens[index], values=self.values[index],
+                       observed=self.observed[index])
+
+    @classmethod
+    def from_values(
+        cls,
+        values: Float[Tensor, "batch pos"],
+        observed: Bool[Tensor, "batch pos"],
+        n_rows: int,
+        n_cols: int,
+        tokenizer: ValueTokenizer | None = None,
+    ) -> "MatrixBatch":
+        """Build a batch from target values and an observed-mask (values are rounded to the grid).
+
+        Raises:
+            ValueError: on shape mismatch, NaN, or values outside the tokenizer's range.
+        """
+        tokenizer = tokenizer or ValueTokenizer()
+        if values.ndim != 2 or values.shape[1] != n_rows * n_cols:
+            raise ValueError(f"values: expected shape [batch, {n_rows * n_cols}] for a "
+                             f"{n_rows}x{n_cols} matrix, got {tuple(values.shape)}")
+        observed = torch.as_tensor(observed, device=values.device)
+        if observed.dtype != torch.bool:
+            raise ValueError(f"observed: must be a bool tensor (True = observed), got {observed.dtype}")
+        observed = observed.expand_as(values)
+        ids = tokenizer.encode(values)
+        values = tokenizer.round(values.float())
+        tokens = torch.where(observed, ids, torch.full_like(ids, tokenizer.mask_token_id))
+        return cls(tokens=tokens, values=values, observed=observed.clone(), n_rows=n_rows,
+                   n_cols=n_cols, tokenizer=tokenizer)
+
+
+def _check_int(name: str, value: int, low: int, high: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (
+            high is not None and value > high):
+        allowed = f"an integer in [{low}, {high}]" if high is not None else f"an integer >= {low}"
+        raise ValueError(f"{name}: must be {allowed}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class MatrixCompletionTask:
+    """Distribution of masked low-rank matrices, tokenized for the encoder.
+
+    Args:
+        n_rows: rows of ``X``.
+        n_cols: columns of ``X`` (default: ``n_rows``).
+        rank: rank of ``X = U V^T``; ``None`` draws a full matrix with iid entries (the papers'
+            "random" matrices).
+        p_mask: probability that an entry is masked, in ``[0, 1)``.
+        distribution: law of the entries of ``U`` and ``V``: ``"uniform"`` (Uniform[-1, 1], the
+            papers'), ``"gaussian"`` (N(0, 1)) or ``"laplace"`` (Laplace(0, 1)).
+        tokenizer: value tokenizer (the papers' by default). Samples outside its range are clipped
+            to it, so heavy-tailed laws never fail mid-batch.
+
+    Example:
+        >>> task = MatrixCompletionTask(n_rows=4, rank=1)
+        >>> task.n_positions
+        16
+    """
+
+    n_rows: int = 7
+    n_cols: int | None = None
+    rank: int | None = 2
+    p_mask: float = 0.3
+    distribution: Distribution = "uniform"
+    tokenizer: ValueTokenizer = field(default_factory=ValueTokenizer, repr=False)
+
+    def __post_init__(self) -> None:
+        _check_int("n_rows", self.n_rows, 1)
+        if self.n_cols is None:
+            object.__setattr__(self, "n_cols", self.n_rows)
+        _check_int("n_cols", self.n_cols, 1)
+        if self.rank is not None:
+            _check_int("rank", self.rank, 1, min(self.n_rows, self.n_cols))
+        p = self.p_mask
+        if not isinstance(p, (int, float)) or p != p or not 0.0 <= p < 1.0:
+            raise ValueError(f"p_mask: must be a probability in [0, 1), got {p!r}")
+        if self.distribution not in _DISTRIBUTIONS:
+            raise ValueError(f"distribution: must be one of {_DISTRIBUTIONS}, got {self.distribution!r}")
+
+    @property
+    def n_positions(self) -> int:
+        """Sequence length ``n_rows * n_cols``."""
+        return self.n_rows * self.n_cols
+
+    def _draw(self, shape: tuple[int, ...], generator: torch.Generator | None,
+              device: torch.device | str | None) -> Tensor:
+        if self.distribution == "uniform":
+            return torch.rand(shape, generator=generator, device=device) * 2 - 1
+        if self.distribution == "gaussian":
+            return torch.randn(shape, generator=generator, device=device)
+        u = torch.rand(shape, generator=generator, device=device).clamp_(1e-7, 1 - 1e-7) - 0.5
+        return -torch.sign(u) * torch.log1p(-2 * u.abs())  # Laplace(0, 1) by inversion
+
+    def sample_matrices(self, batch_size: int, generator: torch.Generator | None = None,
+                        device: torch.device | str | None = None) -> Float[Tensor, "batch n_rows n_cols"]:
+        """Unrounded matrices ``X`` of shape ``[batch, n_rows, n_cols]``."""
+        _check_int("batch_size", batch_size, 1)
+        device = _device_of(generator, device)
+        if self.rank is None:
+            return self._draw((batch_size, self.n_rows, self.n_cols), generator, device)
+        u = self._draw((batch_size, self.n_rows, self.rank), generator, device)
+        v = self._draw((batch_size, self.n_cols, self.rank), generator, device)
+        return u @ v.transpose(1, 2)
+
+    def sample_observed(self, batch_size: int, generator: torch.Generator | None = None,
+                        device: torch.device | str | None = None) -> Bool[Tensor, "batch pos"]:
+        """Bernoulli masks: each entry observed (True) with probability ``1 - p_mask``."""
+        _check_int("batch_size", batch_size, 1)
+        device = _device_of(generator, device)
+        return torch.rand((batch_size, self.n_positions), generator=generator,
+                          device=device) >= self.p_mask
+
+    def sample(
+        self,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+        observed: Bool[Tensor, "*batch pos"] | None = None,
+    ) -> MatrixBatch:
+        """A fresh batch of masked matrices.
+
+        Args:
+            batch_size: number of matrices.
+            generator: source of randomness (its device is used when ``device`` is None).
+            device: where the batch lives.
+            observed: an explicit / structured mask, ``[pos]`` or ``[batch, pos]`` bool with True at
+                observed entries; the Bernoulli mask is used when None.
+        """
+        device = _device_of(generator, device)
+        x = self.sample_matrices(batch_size, generator, device).reshape(batch_size, -1)
+        x = x.clamp(self.tokenizer.v_min, self.tokenizer.v_max)
+        if observed is None:
+            observed = self.sample_observed(batch_size, generator, device)
+        else:
+            observed = torch.as_tensor(observed, device=x.device)
+            if observed.shape[-1] != self.n_positions or observed.ndim not in (1, 2) or (
+                    observed.ndim == 2 and observed.shape[0] not in (1, batch_size)):
+                raise ValueError(f"observed: expected shape [{self.n_positions}] or "
+                                 f"[{batch_size}, {self.n_positions}], got {tuple(observed.shape)}")
+            observed = observed.expand(batch_size, -1)
+        return MatrixBatch.from_values(x, observed, self.n_rows, self.n_cols, self.tokenizer)
+
+
+def _device_of(generator: torch.Generator | None, device: torch.device | str | None):
+    if device is not None:
+        return torch.device(device)
+    if generator is not None:
+        return generator.device
+    return torch.device("cpu")

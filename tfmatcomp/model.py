@@ -1,0 +1,244 @@
+"""HookedEncoder: a post-LN BERT encoder with TransformerLens hook points and a real-valued read-out.
+
+The whole forward pass, readable in one sitting::
+
+    x = embed(tokens)                      # LN(W_E[tokens] + W_pos), hook_full_embed
+    for block in blocks:                   # post-LN BERT blocks
+        x = block(x)
+    predictions = readout(x)               # [batch, pos], hook_readout
+
+Example:
+    >>> import torch
+    >>> from tfmatcomp import HookedEncoder, EncoderConfig, MatrixCompletionTask
+    >>> cfg = EncoderConfig(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=16)
+    >>> model = HookedEncoder(cfg, seed=0)
+    >>> batch = MatrixCompletionTask(n_rows=4, rank=1).sample(8, generator=torch.Generator().manual_seed(0))
+    >>> preds, cache = model.run_with_cache(batch.tokens)
+    >>> preds.shape, cache["blocks.0.attn.hook_pattern"].shape
+    (torch.Size([8, 16]), torch.Size([8, 4, 16, 16]))
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Any, Callable, Literal
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor, nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+
+from tfmatcomp.components import BertBlock, BertEmbed, Readout
+from tfmatcomp.config import EncoderConfig
+
+__all__ = ["HookedEncoder", "UnknownHookError"]
+
+
+class UnknownHookError(ValueError):
+    """A hook name that the model does not have."""
+
+
+class HookedEncoder(HookedRootModule):
+    """BERT encoder for matrix completion, with hooks at every activation.
+
+    Args:
+        cfg: the model's shape (see :class:`~tfmatcomp.config.EncoderConfig`).
+        seed: seeds the weight initialization (HuggingFace BERT's: normal(0, init_range) for matrices
+            and embeddings, zero biases, unit LayerNorm; PyTorch's default for the read-out as in
+            the papers' code).
+
+    Hook names follow TransformerLens's HookedEncoder (3.x): ``embed.hook_embed``,
+    ``embed.hook_pos_embed``, ``embed.hook_token_type_embed``, ``embed.ln.hook_scale``,
+    ``embed.ln.hook_normalized``, ``hook_full_embed``; per block ``blocks.{l}.hook_resid_pre``,
+    ``blocks.{l}.attn.hook_q|hook_k|hook_v|hook_z`` ``[batch, pos, head, d_head]``,
+    ``blocks.{l}.attn.hook_attn_scores|hook_pattern`` ``[batch, head, query, key]``,
+    ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_resid_mid``, ``blocks.{l}.ln1.hook_scale|
+    hook_normalized``, ``blocks.{l}.mlp.hook_pre|hook_post``, ``blocks.{l}.hook_mlp_out``,
+    ``blocks.{l}.hook_resid_post``, ``blocks.{l}.ln2.hook_scale|hook_normalized``,
+    ``blocks.{l}.hook_normalized_resid_post``; and ``hook_readout`` ``[batch, pos]``.
+    """
+
+    def __init__(self, cfg: EncoderConfig, seed: int = 0):
+        super().__init__()
+        if not isinstance(cfg, EncoderConfig):
+            raise TypeError(f"cfg: expected an EncoderConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.embed = BertEmbed(cfg)
+        self.hook_full_embed = HookPoint()  # [batch, pos, d_model]
+        self.blocks = nn.ModuleList([BertBlock(cfg) for _ in range(cfg.n_layers)])
+        self.readout = Readout(cfg.d_model, cfg.d_out)
+        self.hook_readout = HookPoint()  # [batch, pos] (or [batch, pos, d_out] when d_out > 1)
+        self.init_weights(torch.Generator().manual_seed(seed))
+        self.setup()
+
+    # ------------------------------------------------------------------ init
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator) -> None:
+        """Re-initialize every parameter from ``generator`` (CPU), as HuggingFace BERT does."""
+        std = self.cfg.init_range
+        for name, p in self.named_parameters():
+            if name.startswith("readout."):
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "w":  # LayerNorm weight
+                p.fill_(1.0)
+            elif leaf.startswith("b"):  # biases, LayerNorm bias
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+        if self.embed.padding_idx is not None:
+            self.embed.W_E[self.embed.padding_idx].zero_()
+        bound = 1 / math.sqrt(self.cfg.d_model)
+        for p in self.readout.parameters():
+            p.copy_(torch.rand(p.shape, generator=generator) * 2 * bound - bound)
+
+    # --------------------------------------------------------------- forward
+    def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
+        """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
+        if not torch.is_tensor(tokens) or tokens.ndim != 2:
+            shape = tuple(tokens.shape) if torch.is_tensor(tokens) else type(tokens).__name__
+            raise ValueError(f"{name}: expected an integer tensor [batch, pos], got {shape}")
+        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            raise ValueError(f"{name}: token ids must be integers, got dtype {tokens.dtype}")
+        if tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(f"{name}: sequence length {tokens.shape[1]} exceeds n_ctx "
+                             f"{self.cfg.n_ctx}; allowed lengths are 1..{self.cfg.n_ctx}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
+            raise ValueError(f"{name}: token ids must lie in [0, {self.cfg.d_vocab - 1}]; got min "
+                             f"{tokens.min().item()}, max {tokens.max().item()}")
+
+    def forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        token_type_ids: Int[Tensor, "batch pos"] | None = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+        return_type: Literal["predictions", "hidden", None] = "predictions",
+    ) -> Float[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] | None:
+        """Run the encoder.
+
+        Args:
+            tokens: token ids ``[batch, pos]`` with ``pos <= n_ctx``.
+            token_type_ids: segment ids (only when the config has token-type embeddings).
+            attention_mask: 1 for real tokens, 0 for padding (keys at 0 get no attention).
+            return_type: ``"predictions"`` (read-out, ``[batch, pos]``), ``"hidden"`` (last
+                block's output ``[batch, pos, d_model]``) or None.
+        """
+        self.check_tokens(tokens)
+        additive_mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != tokens.shape:
+                raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got "
+                                 f"{tuple(attention_mask.shape)}")
+            dtype = self.embed.W_E.dtype
+            additive_mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        x = self.hook_full_embed(self.embed(tokens, token_type_ids))
+        for block in self.blocks:
+            x = block(x, additive_mask)
+        if return_type == "hidden":
+            return x
+        predictions = self.hook_readout(self.readout(x))
+        return predictions if return_type == "predictions" else None
+
+    # ------------------------------------------------------ hook name checks
+    def _check_hook_name(self, name: Any) -> None:
+        if isinstance(name, str) and name not in self.hook_dict:
+            close = difflib.get_close_matches(name, list(self.hook_dict), n=3)
+            hint = f"; did you mean {close}?" if close else "; see model.hook_dict for all names"
+            raise UnknownHookError(f"hook name: {name!r} is not a hook of this model{hint}")
+
+    def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False) -> None:
+        self._check_hook_name(name)
+        super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level,
+                         prepend=prepend)
+
+    def hooks(self, fwd_hooks=[], bwd_hooks=[], reset_hooks_end=True, clear_contexts=False):
+        for name, _ in list(fwd_hooks) + list(bwd_hooks):
+            self._check_hook_name(name)
+        return super().hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks,
+                             reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts)
+
+    def active_hook_count(self) -> int:
+        """Number of hook functions currently registered on the model's hook points (0 when clean)."""
+        return sum(len(hp.fwd_hooks) + len(hp.bwd_hooks) for hp in self.hook_dict.values())
+
+    # ----------------------------------------------------- stacked weights
+    def _stack(self, get: Callable[[BertBlock], Tensor]) -> Tensor:
+        return torch.stack([get(block) for block in self.blocks])
+
+    @property
+    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
+        return self.embed.W_E
+
+    @property
+    def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
+        return self.embed.W_pos
+
+    @property
+    def W_Q(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        return self._stack(lambda b: b.attn.W_Q)
+
+    @property
+    def W_K(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        return self._stack(lambda b: b.attn.W_K)
+
+    @property
+    def W_V(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
+        return self._stack(lambda b: b.attn.W_V)
+
+    @property
+    def W_O(self) -> Float[Tensor, "n_layers n_heads d_head d_model"]:
+        return self._stack(lambda b: b.attn.W_O)
+
+    @property
+    def b_Q(self) -> Float[Tensor, "n_layers n_heads d_head"]:
+        return self._stack(lambda b: b.attn.b_Q)
+
+    @property
+    def b_K(self) -> Float[Tensor, "n_layers n_heads d_head"]:
+        return self._stack(lambda b: b.attn.b_K)
+
+    @property
+    def b_V(self) -> Float[Tensor, "n_layers n_heads d_head"]:
+        return self._stack(lambda b: b.attn.b_V)
+
+    @property
+    def b_O(self) -> Float[Tensor, "n_layers d_model"]:
+        return self._stack(lambda b: b.attn.b_O)
+
+    @property
+    def W_in(self) -> Float[Tensor, "n_layers d_model d_mlp"]:
+        return self._stack(lambda b: b.mlp.W_in)
+
+    @property
+    def W_out(self) -> Float[Tensor, "n_layers d_mlp d_model"]:
+        return self._stack(lambda b: b.mlp.W_out)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.W_E.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.W_E.dtype
+
+    # --------------------------------------------------------- conversion
+    @classmethod
+    def from_hf(cls, bert: nn.Module, readout: nn.Linear | None = None, **overrides: Any) -> "HookedEncoder":
+        """Build from a transformers ``BertModel`` (or a model with a ``.bert`` attribute).
+
+        See :func:`tfmatcomp.convert.from_hf`.
+        """
+        from tfmatcomp.convert import from_hf
+
+        return from_hf(bert, readout, **overrides)
+
+    def to_hf(self):
+        """The equivalent ``(transformers.BertModel, nn.Linear read-out)``.
+
+        See :func:`tfmatcomp.convert.to_hf`.
+        """
+        from tfmatcomp.convert import to_hf
+
+        return to_hf(self)
