@@ -15,6 +15,9 @@ from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.metrics import L_mask_prime, losses, masked_mse
 from tfmatcomp.model import HookedEncoder, UnknownHookError
 from tfmatcomp.tokenizer import MASK_TOKEN_ID, ValueTokenizer
+from tfmatcomp.checkpoint import (CheckpointError, ConfigMismatchError, list_checkpoints,
+                                  load_checkpoint, save_checkpoint)
+from tfmatcomp.training import Trainer, TrainResult, read_metrics, train
 
 __version__ = "0.1.0"
 
@@ -22,4 +25,6 @@ __all__ = [
     "EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
     "MatrixBatch", "MatrixCompletionTask", "ValueTokenizer", "MASK_TOKEN_ID",
     "HookedEncoder", "UnknownHookError", "losses", "masked_mse", "L_mask_prime",
+    "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
+    "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train",
 ]

@@ -1,0 +1,314 @@
+"""Checkpoints: safetensors weights + a JSON config, written atomically, verified on load. No pickle.
+
+A checkpoint is a directory::
+
+    step_0004000/
+        model.safetensors     # HookedEncoder weights
+        config.json           # format, model / task / train configs, step, SHA-256 of every file
+        state.safetensors     # (optional) optimizer moments and RNG states, for resuming
+        state.json            # (optional) the rest of the training state (step, optimizer groups)
+
+A training run keeps its checkpoints under ``RUN_DIR/checkpoints/step_XXXXXXX/`` next to
+``RUN_DIR/metrics.jsonl``.
+
+Example:
+    >>> import tempfile, tfmatcomp as tm
+    >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+    >>> path = tm.save_checkpoint(model, tempfile.mkdtemp() + "/ckpt", step=0)
+    >>> tm.load_checkpoint(path).cfg == model.cfg
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
+from tfmatcomp.model import HookedEncoder
+
+__all__ = [
+    "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
+    "load_checkpoint", "load_checkpoint_info", "list_checkpoints", "latest_checkpoint",
+    "checkpoint_dir_name",
+]
+
+FORMAT = "tfmatcomp-checkpoint"
+FORMAT_VERSION = 1
+_PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".zip"}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded safely: missing, corrupted, pickled, or inconsistent."""
+
+
+class ConfigMismatchError(CheckpointError):
+    """A checkpoint whose configuration differs from the one the caller expects."""
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a checkpoint's ``config.json`` says besides the weights."""
+
+    path: Path
+    model_cfg: EncoderConfig
+    task_cfg: TaskConfig | None = None
+    train_cfg: TrainConfig | None = None
+    step: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def checkpoint_dir_name(step: int) -> str:
+    """Directory name of the checkpoint at ``step`` inside a run (``step_0004000``)."""
+    return f"step_{step:07d}"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    model: HookedEncoder,
+    path: str | os.PathLike,
+    *,
+    task_cfg: TaskConfig | None = None,
+    train_cfg: TrainConfig | None = None,
+    step: int | None = None,
+    training_state: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``model`` (and optionally its training state) to the directory ``path``, atomically.
+
+    The files are written to a temporary sibling directory which is then renamed into place, so a
+    crash never leaves a half-written checkpoint under ``path``.
+
+    Args:
+        model: the model to save.
+        path: target directory (replaced if it exists).
+        task_cfg, train_cfg, step, metadata: recorded in ``config.json``.
+        training_state: ``(tensors, json_state)`` from the trainer, for resuming.
+
+    Returns:
+        The checkpoint directory.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+        save_file(weights, tmp / "model.safetensors")
+        if training_state is not None:
+            tensors, state = training_state
+            save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+                      tmp / "state.safetensors")
+            (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+        config = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "model": model.cfg.to_dict(),
+            "task": task_cfg.to_dict() if task_cfg is not None else None,
+            "train": train_cfg.to_dict() if train_cfg is not None else None,
+            "step": step,
+            "dtype": str(model.dtype).replace("torch.", ""),
+            "metadata": metadata or {},
+            "files": files,
+        }
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        for p in tmp.iterdir():
+            p.chmod(0o644)
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        tmp.chmod(0o755)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _resolve(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    if path.is_file():
+        if path.suffix.lower() in _PICKLE_SUFFIXES or _looks_pickled(path):
+            raise CheckpointError(f"path: {path} looks like a pickle / torch.save file; tfmatcomp "
+                                  "only loads safetensors checkpoints (never pickle)")
+        if path.name in ("model.safetensors", "config.json"):
+            return path.parent
+        raise CheckpointError(f"path: {path} is a file; pass a checkpoint directory holding "
+                              "model.safetensors and config.json")
+    if not path.is_dir():
+        raise CheckpointError(f"path: no checkpoint at {path}")
+    if not (path / "config.json").exists() and (path / "checkpoints").is_dir():
+        latest = latest_checkpoint(path)
+        if latest is None:
+            raise CheckpointError(f"path: run directory {path} holds no checkpoints")
+        return latest
+    for name in ("config.json", "model.safetensors"):
+        if not (path / name).exists():
+            pickles = [p.name for p in path.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES]
+            extra = f" (found {pickles}: pickles are refused)" if pickles else ""
+            raise CheckpointError(f"path: {path} has no {name}{extra}")
+    return path
+
+
+def _looks_pickled(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    return head[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05") or head == b"PK\x03\x04"
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"path: {path / 'config.json'} is not valid JSON ({e})") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise CheckpointError(f"path: {path / 'config.json'} is not a tfmatcomp checkpoint config")
+    for name, digest in config.get("files", {}).items():
+        file = path / name
+        if not file.exists():
+            raise CheckpointError(f"path: {file} is missing")
+        if _sha256(file) != digest:
+            raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
+    return config
+
+
+def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(file)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"path: {file} is not a readable safetensors file ({e})") from None
+
+
+def load_checkpoint_info(
+    path: str | os.PathLike,
+    device: torch.device | str | None = None,
+    config: EncoderConfig | None = None,
+) -> tuple[HookedEncoder, CheckpointInfo]:
+    """Load a checkpoint's model and what its config says (step, task, training config).
+
+    Args:
+        path: a checkpoint directory, its ``model.safetensors``, or a run directory (its latest
+            checkpoint is used).
+        device: where to put the model (default: CPU).
+        config: if given, the checkpoint's model config must equal it.
+
+    Raises:
+        CheckpointError: missing / corrupted / pickled files, or weights that do not fit the config.
+        ConfigMismatchError: the checkpoint's config differs from ``config``.
+    """
+    path = _resolve(path)
+    raw = _read_config(path)
+    try:
+        model_cfg = EncoderConfig.from_dict(raw["model"])
+        task_cfg = TaskConfig.from_dict(raw["task"]) if raw.get("task") else None
+        train_cfg = TrainConfig.from_dict(raw["train"]) if raw.get("train") else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
+    if config is not None and config != model_cfg:
+        diff = {k: (v, getattr(model_cfg, k)) for k, v in config.to_dict().items()
+                if getattr(model_cfg, k) != v}
+        raise ConfigMismatchError(f"config: checkpoint {path} has a different model config; "
+                                  f"(expected, found) per field: {diff}")
+    tensors = _load_tensors(path / "model.safetensors")
+    model = HookedEncoder(model_cfg)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(tensors))
+    unexpected = sorted(set(tensors) - set(expected))
+    bad_shapes = {k: (tuple(expected[k].shape), tuple(v.shape)) for k, v in tensors.items()
+                  if k in expected and expected[k].shape != v.shape}
+    if missing or unexpected or bad_shapes:
+        raise CheckpointError(
+            f"path: weights in {path} do not match its config: missing {missing[:5]}, unexpected "
+            f"{unexpected[:5]}, shape (expected, found) {dict(list(bad_shapes.items())[:5])}")
+    dtype = next(iter(tensors.values())).dtype
+    model = model.to(dtype)
+    model.load_state_dict(tensors, strict=True)
+    if device is not None:
+        model = model.to(device)
+    info = CheckpointInfo(path=path, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
+                          step=raw.get("step"), metadata=raw.get("metadata") or {})
+    return model.eval(), info
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    device: torch.device | str | None = None,
+    config: EncoderConfig | None = None,
+) -> HookedEncoder:
+    """Load a checkpoint as a ready :class:`HookedEncoder` (in eval mode).
+
+    See :func:`load_checkpoint_info` for the arguments and errors.
+    """
+    return load_checkpoint_info(path, device=device, config=config)[0]
+
+
+def load_training_state(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The ``(tensors, json_state)`` training state saved with a checkpoint (for resuming)."""
+    path = _resolve(path)
+    _read_config(path)
+    if not (path / "state.json").exists():
+        raise CheckpointError(f"path: {path} has no training state (state.json); it cannot be "
+                              "resumed from")
+    try:
+        state = json.loads((path / "state.json").read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"path: {path / 'state.json'} is not valid JSON ({e})") from None
+    return _load_tensors(path / "state.safetensors"), state
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> dict[int, Path]:
+    """``{step: checkpoint directory}`` of a run, sorted by step (empty if none)."""
+    root = Path(run_dir) / "checkpoints"
+    found: dict[int, Path] = {}
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.is_dir() and p.name.startswith("step_") and (p / "config.json").exists():
+                try:
+                    found[int(p.name[5:])] = p
+                except ValueError:
+                    continue
+    return dict(sorted(found.items()))
+
+
+def latest_checkpoint(run_dir: str | os.PathLike, with_state: bool = False) -> Path | None:
+    """The checkpoint with the largest step (optionally only among those holding training state)."""
+    for step, p in reversed(list(list_checkpoints(run_dir).items())):
+        if not with_state or (p / "state.json").exists():
+            return p
+    return None
