@@ -30,3 +30,12 @@ def tiny_model(tiny_cfg) -> tm.HookedEncoder:
 @pytest.fixture()
 def batch4(task4) -> tm.MatrixBatch:
     return task4.sample(8, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="session")
+def trained_tiny(tmp_path_factory) -> tm.TrainResult:
+    """The tiny preset trained for 300 steps (the copying phase: L_obs ~1e-3, L_mask on the plateau),
+    with checkpoints at steps 100 and 300 under ``result.out_dir``. Shared by the whole session."""
+    out = tmp_path_factory.mktemp("tiny_run")
+    return tm.train("tiny", n_steps=300, batch_size=64, log_every=25, checkpoint_steps=(100,),
+                    checkpoint_every=0, out_dir=out, device="cpu", progress=False, seed=0)

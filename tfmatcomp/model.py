@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens import HookedRootModule
+from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
@@ -158,6 +158,22 @@ class HookedEncoder(HookedRootModule):
             self._check_hook_name(name)
         return super().hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks,
                              reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts)
+
+    def run_with_cache(self, *model_args: Any, return_cache_object: bool = True,
+                       remove_batch_dim: bool = False, **kwargs: Any):
+        """Run the model and cache activations, as TransformerLens's ``run_with_cache``.
+
+        Returns ``(output, cache)`` with ``cache`` a ``transformer_lens.ActivationCache`` (a plain
+        dict when ``return_cache_object=False``). Accepts ``names_filter``, ``device``,
+        ``remove_batch_dim`` and the forward's keyword arguments.
+
+        Note: ActivationCache helpers that assume a pre-LN decoder (``decompose_resid``,
+        ``accumulated_resid``, ``apply_ln_to_stack``) do not describe this post-LN encoder.
+        """
+        out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        if return_cache_object:
+            cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+        return out, cache
 
     def active_hook_count(self) -> int:
         """Number of hook functions currently registered on the model's hook points (0 when clean)."""
