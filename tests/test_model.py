@@ -132,3 +132,10 @@ def test_bad_config_values():
         EncoderConfig(d_model=100, n_heads=8)
     with pytest.raises(ValueError, match="n_layers"):
         EncoderConfig(n_layers=0)
+
+
+def test_fused_path_equals_hooked_path(tiny_model, batch4):
+    fast = tiny_model(batch4.tokens)
+    slow, _ = tiny_model.run_with_cache(batch4.tokens)  # every hook active: unfused path
+    assert torch.allclose(fast, slow, atol=1e-5)
+    assert tiny_model.active_hook_count() == 0

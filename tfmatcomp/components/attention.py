@@ -7,6 +7,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
+from tfmatcomp.components.layer_norm import _hooked
 from tfmatcomp.config import EncoderConfig
 
 
@@ -57,6 +58,9 @@ class Attention(nn.Module):
         x: Float[Tensor, "batch pos d_model"],
         additive_mask: Float[Tensor, "batch 1 1 key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
+        if not any(_hooked(hp) for hp in (self.hook_q, self.hook_k, self.hook_v,
+                                           self.hook_attn_scores, self.hook_pattern, self.hook_z)):
+            return self._fused(x, additive_mask)
         q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
         k = self.hook_k(self._project(x, self.W_K, self.b_K))
         v = self.hook_v(self._project(x, self.W_V, self.b_V))
@@ -68,3 +72,13 @@ class Attention(nn.Module):
         z = self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3))
         h, e, d = self.W_O.shape
         return z.reshape(*z.shape[:2], h * e) @ self.W_O.reshape(h * e, d) + self.b_O
+
+    def _fused(self, x: Tensor, additive_mask: Tensor | None) -> Tensor:
+        """The same computation through ``scaled_dot_product_attention`` (used when no hook of this
+        module is active, so no intermediate needs to be materialized)."""
+        q, k, v = (self._project(x, W, b).transpose(1, 2) for W, b in (
+            (self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V)))
+        z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask,
+                                                             scale=self.scale)
+        h, e, d = self.W_O.shape
+        return z.transpose(1, 2).reshape(*x.shape[:2], h * e) @ self.W_O.reshape(h * e, d) + self.b_O

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
@@ -25,6 +26,14 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        if not (_hooked(self.hook_scale) or _hooked(self.hook_normalized)):
+            # Same function, fused kernel: nobody is looking at the intermediates.
+            return F.layer_norm(x, self.w.shape, self.w, self.b, self.eps)
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale * self.w + self.b)
+
+
+def _hooked(hook_point: HookPoint) -> bool:
+    """True when a forward or backward hook function is registered on ``hook_point``."""
+    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks)
