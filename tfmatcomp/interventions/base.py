@@ -1,0 +1,315 @@
+"""The intervention protocol, hook functions with a role, and composition.
+
+An :class:`Intervention` says where it acts (:meth:`~Intervention.acts_on`) and what it does
+(:meth:`~Intervention.describe`). Each one can be used in two ways:
+
+* as TransformerLens forward hooks: ``model.run_with_hooks(tokens, fwd_hooks=iv.fwd_hooks(model))``;
+* as a context manager: ``with iv.applied(model): model(tokens)``; also
+  ``iv.run(model, tokens)`` for one forward pass.
+
+Every intervention belongs to one *stage*:
+
+``"tokens"``
+    edits the input tokens (:class:`~tfmatcomp.interventions.MaskSubstitution`). As hooks it acts at
+    ``embed.hook_embed``, which is exactly equivalent because the token embedding is a lookup; it also
+    offers :meth:`~Intervention.transform_tokens` to edit token tensors directly.
+``"weights"``
+    edits parameters (:class:`~tfmatcomp.interventions.WeightTransplant`,
+    :class:`~tfmatcomp.interventions.PositionalPermutation`). ``applied`` gives the affected parameters
+    new tensors (the ``nn.Parameter`` objects stay the same) and puts the original tensors back on
+    exit, untouched, also after an exception; activations cached inside the context keep the values
+    they had (``hook_pos_embed`` is a view of ``W_pos``, for instance). As hooks
+    the affected activations are recomputed from the edited parameters
+    (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`), leaving the model untouched.
+``"hooks"``
+    edits activations at hook points (ablations, activation patching).
+
+Composition (``a + b``, :func:`compose`, or a list) gives one intervention whose meaning is: *the
+model runs on the edited tokens, with the edited weights, and the activation edits are applied at
+their hook points in list order*. Concretely, the composed hook list is ordered
+
+1. token edits (stage ``"tokens"``), in list order;
+2. weight edits (stage ``"weights"``), applied one after the other in list order, each computed from
+   the parameters as left by the previous one;
+3. activation edits (stage ``"hooks"``), in list order;
+4. read-only recorder hooks last at every hook point (used by weight edits in hook form to read the
+   final value of an activation that the real module would consume).
+
+Hooks at one hook point run in the order they are registered, so two activation edits at the same
+point compose like functions: the later one sees the output of the earlier one.
+
+Interventions that need a *source run* (activation patching from a batch) run it once, when their
+hooks are built, on the model as it stands: without the edits of the composition they belong to (in
+``applied``, hooks are built before weights are edited). Record a cache yourself to patch from an
+edited run.
+
+Example:
+    >>> import torch, tfmatcomp as tm
+    >>> from tfmatcomp.interventions import UniformAttentionAblation, MaskSubstitution
+    >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16))
+    >>> batch = tm.MatrixCompletionTask(n_rows=4, rank=1).sample(8, generator=torch.Generator().manual_seed(0))
+    >>> iv = MaskSubstitution(0.44) + UniformAttentionAblation("all")
+    >>> with iv.applied(model):
+    ...     pred = model(batch.tokens)
+    >>> model.active_hook_count()
+    0
+    >>> torch.equal(pred, model.run_with_hooks(batch.tokens, fwd_hooks=iv.fwd_hooks(model)))
+    True
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Mapping
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+
+__all__ = ["Intervention", "Composition", "compose", "HookFn", "FwdHook", "STAGES", "order_hooks"]
+
+STAGES = ("tokens", "weights", "hooks")
+
+
+@dataclass(frozen=True)
+class HookFn:
+    """A TransformerLens hook function ``fn(activation, hook) -> new activation | None`` with a role.
+
+    ``role="edit"`` returns a replacement activation; ``role="read"`` only records the activation (it
+    returns None) and is ordered after every edit at its hook point when interventions compose.
+    ``label`` names the intervention it came from (shown in ``repr``).
+    """
+
+    fn: Callable[[Tensor, Any], Tensor | None]
+    role: Literal["edit", "read"] = "edit"
+    label: str = ""
+
+    def __call__(self, activation: Tensor, hook: Any = None) -> Tensor | None:
+        return self.fn(activation, hook)
+
+    def __repr__(self) -> str:
+        return f"HookFn({self.role}{': ' + self.label if self.label else ''})"
+
+
+FwdHook = tuple[str, Callable[..., Any]]
+
+
+def order_hooks(hooks: Iterable[FwdHook]) -> list[FwdHook]:
+    """Stable reorder: every read-only :class:`HookFn` after all edits (see module docs, step 4)."""
+    hooks = list(hooks)
+    edits = [h for h in hooks if getattr(h[1], "role", "edit") != "read"]
+    reads = [h for h in hooks if getattr(h[1], "role", "edit") == "read"]
+    return edits + reads
+
+
+class Intervention:
+    """Base class of every intervention (see the module docs for the protocol).
+
+    Subclasses set :attr:`stage` and implement :meth:`describe`, :meth:`acts_on` and, depending on
+    the stage, :meth:`fwd_hooks` (tokens, hooks), :meth:`weight_edits` (weights) and
+    :meth:`transform_tokens` (tokens).
+    """
+
+    stage: ClassVar[str] = "hooks"
+
+    # ---------------------------------------------------------------- what / where
+    def describe(self) -> str:
+        """One sentence: what the intervention does and where."""
+        raise NotImplementedError
+
+    def acts_on(self, model) -> list[str]:
+        """Hook names (stages tokens / hooks) or parameter names (stage weights) it touches."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ mechanics
+    def fwd_hooks(self, model) -> list[FwdHook]:
+        """TransformerLens forward hooks ``[(hook_name, fn), ...]`` for ``model.run_with_hooks``."""
+        raise NotImplementedError
+
+    def weight_edits(self, model, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
+        """New values of the parameters it edits, computed from ``params`` (default: the model's).
+
+        Only stage ``"weights"`` edits parameters; others return ``{}``.
+        """
+        return {}
+
+    def transform_tokens(self, tokens: Int[Tensor, "batch pos"], model=None) -> Int[Tensor, "batch pos"]:
+        """The input tokens as this intervention edits them (identity unless stage ``"tokens"``)."""
+        return tokens
+
+    @property
+    def parts(self) -> tuple["Intervention", ...]:
+        """The elementary interventions (``(self,)`` unless composed)."""
+        return (self,)
+
+    @contextmanager
+    def applied(self, model) -> Iterator[Any]:
+        """Context manager: the model with this intervention in effect (yields the model).
+
+        Weight edits are written into the parameters and restored bit-exactly on exit; hooks are
+        registered with ``model.hooks`` and removed on exit, also when the body raises.
+        """
+        with Composition([self]).applied(model) as m:
+            yield m
+
+    def run(self, model, tokens: Int[Tensor, "batch pos"], **kwargs: Any) -> Tensor:
+        """One forward pass ``model(tokens, **kwargs)`` with the intervention applied."""
+        with self.applied(model):
+            return model(tokens, **kwargs)
+
+    def run_with_cache(self, model, tokens: Int[Tensor, "batch pos"], **kwargs: Any):
+        """``model.run_with_cache(tokens, **kwargs)`` with the intervention applied (the cache shows
+        the edited activations)."""
+        with self.applied(model):
+            return model.run_with_cache(tokens, **kwargs)
+
+    # ----------------------------------------------------------------- composition
+    def __add__(self, other: "Intervention | Iterable[Intervention]") -> "Composition":
+        return compose(self, other)
+
+    def __radd__(self, other: "Iterable[Intervention]") -> "Composition":
+        return compose(other, self)
+
+    def __repr__(self) -> str:
+        try:
+            return f"<{type(self).__name__}: {self.describe()}>"
+        except NotImplementedError:
+            return f"<{type(self).__name__}>"
+
+
+def _flatten(items: Iterable[Any]) -> list[Intervention]:
+    out: list[Intervention] = []
+    for item in items:
+        if isinstance(item, Intervention):
+            out.extend(item.parts)
+        elif isinstance(item, (list, tuple)):
+            out.extend(_flatten(item))
+        else:
+            raise TypeError(f"interventions: expected Intervention objects, got {type(item).__name__}")
+    return out
+
+
+class Composition(Intervention):
+    """Several interventions applied as one, in the documented order (module docs).
+
+    Args:
+        interventions: interventions (nested compositions and lists are flattened).
+
+    Example:
+        >>> from tfmatcomp.interventions import UniformAttentionAblation, Composition
+        >>> c = Composition([UniformAttentionAblation([(0, 0)]), UniformAttentionAblation([(1, 2)])])
+        >>> len(c.parts)
+        2
+    """
+
+    stage: ClassVar[str] = "mixed"
+
+    def __init__(self, interventions: Iterable[Intervention]):
+        self._parts = tuple(_flatten([interventions]))
+        for p in self._parts:
+            if p.stage not in STAGES:
+                raise ValueError(f"interventions: {type(p).__name__} has unknown stage {p.stage!r}")
+
+    @property
+    def parts(self) -> tuple[Intervention, ...]:
+        return self._parts
+
+    def _of(self, stage: str) -> list[Intervention]:
+        return [p for p in self._parts if p.stage == stage]
+
+    def describe(self) -> str:
+        if not self._parts:
+            return "nothing (empty composition)"
+        return "; then ".join(p.describe() for p in self._ordered_parts())
+
+    def _ordered_parts(self) -> list[Intervention]:
+        return [p for s in STAGES for p in self._of(s)]
+
+    def acts_on(self, model) -> list[str]:
+        out: list[str] = []
+        for p in self._ordered_parts():
+            out.extend(n for n in p.acts_on(model) if n not in out)
+        return out
+
+    def weight_edits(self, model, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
+        current = dict(params) if params is not None else {
+            n: p.detach() for n, p in model.named_parameters()}
+        edits: dict[str, Tensor] = {}
+        for p in self._of("weights"):
+            new = p.weight_edits(model, current)
+            current.update(new)
+            edits.update(new)
+        return edits
+
+    def transform_tokens(self, tokens: Tensor, model=None) -> Tensor:
+        for p in self._of("tokens"):
+            tokens = p.transform_tokens(tokens, model)
+        return tokens
+
+    def fwd_hooks(self, model) -> list[FwdHook]:
+        from tfmatcomp.interventions.weights import parameter_override_hooks
+
+        hooks: list[FwdHook] = []
+        for p in self._of("tokens"):
+            hooks.extend(p.fwd_hooks(model))
+        if self._of("weights"):
+            edits = self.weight_edits(model)
+            if edits:
+                hooks.extend(parameter_override_hooks(model, edits, label="weights"))
+        for p in self._of("hooks"):
+            hooks.extend(p.fwd_hooks(model))
+        return order_hooks(hooks)
+
+    @contextmanager
+    def applied(self, model) -> Iterator[Any]:
+        # 1. build the hooks of token and activation edits first (source runs see a clean model)
+        hooks: list[FwdHook] = []
+        for p in self._of("tokens") + self._of("hooks"):
+            hooks.extend(p.fwd_hooks(model))
+        hooks = order_hooks(hooks)
+        params = dict(model.named_parameters())
+        saved: dict[str, Tensor] = {}
+        try:
+            # 2. weight edits, one after the other, each from the parameters the previous one left
+            for p in self._of("weights"):
+                current = {n: q.detach() for n, q in params.items()}
+                new = p.weight_edits(model, current)
+                _check_edits(params, new, type(p).__name__)
+                for name, value in new.items():
+                    # swap storage rather than copy into it: the original tensor is put back on
+                    # exit untouched, and activations cached during the context that alias the
+                    # edited values (e.g. hook_pos_embed, a view of W_pos) keep showing them
+                    p = params[name]
+                    if name not in saved:
+                        saved[name] = p.data
+                    p.data = value.detach().to(device=p.device, dtype=p.dtype).clone()
+            # 3. hooks, removed by model.hooks() on exit even if the body raises
+            with ExitStack() as stack:
+                if hooks:
+                    stack.enter_context(model.hooks(fwd_hooks=hooks))
+                yield model
+        finally:
+            for name, original in saved.items():
+                params[name].data = original
+
+
+def _check_edits(params: Mapping[str, Tensor], edits: Mapping[str, Tensor], who: str) -> None:
+    for name, value in edits.items():
+        if name not in params:
+            raise ValueError(f"{who}: edits unknown parameter {name!r}")
+        if tuple(value.shape) != tuple(params[name].shape):
+            raise ValueError(f"{who}: new value of {name!r} has shape {tuple(value.shape)}, the "
+                             f"parameter has {tuple(params[name].shape)}")
+
+
+def compose(*interventions: Intervention | Iterable[Intervention]) -> Composition:
+    """One intervention from several (lists and compositions are flattened), in the documented order.
+
+    Example:
+        >>> from tfmatcomp.interventions import compose, UniformAttentionAblation, MaskSubstitution
+        >>> c = compose(UniformAttentionAblation("all"), [MaskSubstitution(0.44)])
+        >>> [type(p).__name__ for p in c.parts]
+        ['UniformAttentionAblation', 'MaskSubstitution']
+    """
+    return Composition(list(interventions))

@@ -1,0 +1,102 @@
+"""Positional permutation: the embedding that encoded position ``i`` now represents position ``perm[i]``.
+
+Following the papers (seed 000, Section 3.2.1: "the embedding originally encoding position i in the
+input now represents position pi(i)"), the new positional table is
+
+    W_pos_new[perm[i]] = W_pos[i]        equivalently        W_pos_new[j] = W_pos[inverse(perm)[j]]
+
+so the token at position ``j`` is added the embedding that used to mean position ``inverse(perm)[j]``.
+Only the first ``len(perm)`` rows are permuted (``perm`` is usually over the ``n^2`` positions of the
+task); rows beyond stay. Stage ``"weights"``: ``applied`` rewrites ``embed.W_pos`` and restores it
+bit-exactly; ``fwd_hooks`` replaces ``embed.hook_pos_embed`` ``[batch, pos, d_model]`` instead.
+
+Example:
+    >>> import torch, tfmatcomp as tm
+    >>> from tfmatcomp.interventions import PositionalPermutation
+    >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=8, n_ctx=3))
+    >>> perm = PositionalPermutation([2, 0, 1])
+    >>> new = perm.weight_edits(model)["embed.W_pos"]
+    >>> torch.equal(new[2], model.W_pos[0]), torch.equal(new[0], model.W_pos[1])
+    (True, True)
+    >>> PositionalPermutation(seed=0, n_positions=16).permutation(model).shape
+    torch.Size([16])
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from tfmatcomp.interventions.base import FwdHook, Intervention
+from tfmatcomp.interventions.weights import parameter_override_hooks
+
+__all__ = ["PositionalPermutation"]
+
+
+class PositionalPermutation(Intervention):
+    """Permute the positional embeddings: position ``perm[i]`` gets the embedding of position ``i``.
+
+    Args:
+        perm: a permutation of ``0..k-1`` (``k <= n_ctx``), as a sequence or a 1-D tensor.
+        seed: instead of ``perm``, draw a uniform random permutation with
+            ``torch.randperm(k, generator=torch.Generator().manual_seed(seed))``.
+        n_positions: ``k`` for a seeded permutation (default: the model's ``n_ctx``); use the task's
+            ``n_rows * n_cols`` when the model has more positions than the task uses.
+
+    Example:
+        >>> PositionalPermutation(seed=3, n_positions=4).permutation().tolist()
+        [2, 3, 1, 0]
+    """
+
+    stage: ClassVar[str] = "weights"
+
+    def __init__(self, perm: Sequence[int] | Tensor | None = None, *, seed: int | None = None,
+                 n_positions: int | None = None):
+        if (perm is None) == (seed is None):
+            raise ValueError("perm, seed: give exactly one of them")
+        if perm is not None:
+            p = torch.as_tensor(perm, dtype=torch.long).flatten().cpu()
+            if p.numel() == 0 or not torch.equal(p.sort().values, torch.arange(p.numel())):
+                raise ValueError(f"perm: must be a permutation of 0..k-1, got {p.tolist()}")
+            self._perm: Tensor | None = p
+        else:
+            self._perm = None
+        if n_positions is not None and (not isinstance(n_positions, int) or n_positions < 1):
+            raise ValueError(f"n_positions: must be a positive integer, got {n_positions!r}")
+        self.seed = seed
+        self.n_positions = n_positions
+
+    def permutation(self, model=None) -> Tensor:
+        """The permutation ``perm`` (CPU long tensor); needs ``model`` only for a seeded one without
+        ``n_positions``."""
+        if self._perm is not None:
+            return self._perm
+        k = self.n_positions
+        if k is None:
+            if model is None:
+                raise ValueError("model: needed to size a seeded permutation without n_positions")
+            k = model.cfg.n_ctx
+        return torch.randperm(k, generator=torch.Generator().manual_seed(int(self.seed)))
+
+    def describe(self) -> str:
+        what = f"seed {self.seed}" if self._perm is None else f"perm {self._perm.tolist()}"
+        return (f"positional permutation ({what}): the embedding of position i is used at position "
+                "perm[i] (embed.W_pos)")
+
+    def acts_on(self, model) -> list[str]:
+        return ["embed.W_pos"]
+
+    def weight_edits(self, model, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
+        W = params["embed.W_pos"] if params is not None else model.embed.W_pos.detach()
+        perm = self.permutation(model)
+        if perm.numel() > W.shape[0]:
+            raise ValueError(f"perm: has {perm.numel()} entries but the model has only "
+                             f"{W.shape[0]} positions (n_ctx)")
+        new = W.detach().clone()
+        new[perm.to(W.device)] = W[:perm.numel()]
+        return {"embed.W_pos": new}
+
+    def fwd_hooks(self, model) -> list[FwdHook]:
+        return parameter_override_hooks(model, self.weight_edits(model), label="positional permutation")

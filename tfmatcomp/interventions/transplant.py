@@ -1,0 +1,174 @@
+"""Weight transplant ("model switching"): the recipient temporarily uses a donor's parameters.
+
+The papers copy the query, key and value weights and biases of all layers from one checkpoint into
+another (pre-shift -> post-shift and post-shift -> pre-shift), leaving the output projection and the
+LayerNorms alone; a second variant copies everything except attention. Named groups:
+
+==================  ==============================================================================
+group               parameters
+==================  ==============================================================================
+``"qkv"``           ``blocks.*.attn.W_Q, W_K, W_V, b_Q, b_K, b_V`` (default; the papers')
+``"attn_out"``      ``blocks.*.attn.W_O, b_O`` (output projections)
+``"attn"``          ``qkv`` + ``attn_out``
+``"mlp"``           ``blocks.*.mlp.W_in, b_in, W_out, b_out``
+``"embed"``         ``embed.W_E, embed.W_pos`` (and ``embed.W_token_type`` if present)
+``"ln"``            every LayerNorm: ``embed.ln.*``, ``blocks.*.ln1.*``, ``blocks.*.ln2.*``
+``"readout"``       ``readout.W, readout.b``
+``"all_but_attn"``  everything except ``blocks.*.attn.*`` (the papers' second variant)
+``"all"``           every parameter
+==================  ==============================================================================
+
+or explicit parameter names (``"blocks.0.attn.W_Q"``), mixed freely. ``layers`` restricts block
+parameters to some layers (0-based); parameters outside blocks are not affected by it.
+
+Example:
+    >>> import torch, tfmatcomp as tm
+    >>> from tfmatcomp.interventions import WeightTransplant
+    >>> cfg = tm.EncoderConfig(n_layers=2, n_heads=2, d_model=8, d_mlp=8, n_ctx=4)
+    >>> recipient, donor = tm.HookedEncoder(cfg, seed=0), tm.HookedEncoder(cfg, seed=1)
+    >>> t = WeightTransplant(donor)                     # Q/K/V of all layers
+    >>> len(t.parameter_names(recipient))
+    12
+    >>> before = recipient.blocks[0].attn.W_Q.clone()
+    >>> with t.applied(recipient):
+    ...     torch.equal(recipient.blocks[0].attn.W_Q, donor.blocks[0].attn.W_Q)
+    True
+    >>> torch.equal(recipient.blocks[0].attn.W_Q, before)
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, ClassVar, Iterable, Mapping
+
+import torch
+from torch import Tensor
+
+from tfmatcomp.interventions.base import FwdHook, Intervention
+from tfmatcomp.interventions.weights import parameter_override_hooks
+
+__all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
+
+
+class DonorMismatchError(ValueError):
+    """The donor's config or parameter shapes differ from the recipient's."""
+
+
+def _block(pattern: str) -> Callable[[str], bool]:
+    rx = re.compile(rf"blocks\.\d+\.{pattern}$")
+    return lambda n: bool(rx.match(n))
+
+
+_QKV = _block(r"attn\.[Wb]_[QKV]")
+_OUT = _block(r"attn\.[Wb]_O")
+
+TRANSPLANT_GROUPS: dict[str, Callable[[str], bool]] = {
+    "qkv": _QKV,
+    "attn_out": _OUT,
+    "attn": lambda n: _QKV(n) or _OUT(n),
+    "mlp": _block(r"mlp\..+"),
+    "embed": lambda n: n in ("embed.W_E", "embed.W_pos", "embed.W_token_type"),
+    "ln": lambda n: bool(re.match(r"(embed\.ln|blocks\.\d+\.ln[12])\.[wb]$", n)),
+    "readout": lambda n: n.startswith("readout."),
+    "all_but_attn": lambda n: not re.match(r"blocks\.\d+\.attn\.", n),
+    "all": lambda n: True,
+}
+"""Named parameter groups: name -> predicate on parameter names."""
+
+
+class WeightTransplant(Intervention):
+    """The recipient computes with the donor's parameters for the chosen group(s).
+
+    Args:
+        donor: a :class:`~tfmatcomp.HookedEncoder` with the same config as the recipient.
+        params: a group name, a parameter name, or a list of them (see the module table). Default
+            ``"qkv"``: query, key and value weights and biases of all layers (the papers').
+        layers: 0-based layers whose block parameters are transplanted (default: all).
+        strict: True (default) refuses a donor whose config differs in any field; False only
+            requires equal parameter shapes.
+
+    Stage ``"weights"``: ``applied`` copies the donor's values into the recipient's parameters and
+    restores the originals bit-exactly on exit; ``fwd_hooks`` recomputes the affected activations
+    instead (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`).
+
+    Raises:
+        DonorMismatchError: (when used) the donor's config or shapes do not match the recipient's.
+        ValueError: an unknown group / parameter name, or a selection that is empty.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> cfg = tm.EncoderConfig(n_layers=2, n_heads=2, d_model=8, d_mlp=8, n_ctx=4)
+        >>> WeightTransplant(tm.HookedEncoder(cfg), params=["mlp", "blocks.0.ln1.w"], layers=[0]
+        ...                  ).parameter_names(tm.HookedEncoder(cfg))
+        ['blocks.0.ln1.w', 'blocks.0.mlp.W_in', 'blocks.0.mlp.b_in', 'blocks.0.mlp.W_out', 'blocks.0.mlp.b_out']
+    """
+
+    stage: ClassVar[str] = "weights"
+
+    def __init__(self, donor, params: str | Iterable[str] = "qkv", layers: Iterable[int] | None = None,
+                 strict: bool = True):
+        if not hasattr(donor, "named_parameters") or not hasattr(donor, "cfg"):
+            raise TypeError(f"donor: expected a HookedEncoder, got {type(donor).__name__}")
+        self.donor = donor
+        self.params = [params] if isinstance(params, str) else list(params)
+        if not self.params:
+            raise ValueError("params: give at least one group or parameter name")
+        self.layers = None if layers is None else sorted({int(l) for l in layers})
+        self.strict = bool(strict)
+
+    def describe(self) -> str:
+        layers = "all layers" if self.layers is None else f"layers {self.layers} (0-based)"
+        return f"weight transplant of {', '.join(self.params)} ({layers}) from the donor"
+
+    def parameter_names(self, model) -> list[str]:
+        """The recipient parameters that are transplanted, in the model's order."""
+        names = [n for n, _ in model.named_parameters()]
+        chosen: set[str] = set()
+        for item in self.params:
+            if item in TRANSPLANT_GROUPS:
+                chosen.update(n for n in names if TRANSPLANT_GROUPS[item](n))
+            elif item in names:
+                chosen.add(item)
+            else:
+                raise ValueError(f"params: {item!r} is neither a group {sorted(TRANSPLANT_GROUPS)} "
+                                 f"nor a parameter name of the model (e.g. {names[1]!r})")
+        if self.layers is not None:
+            bad = [l for l in self.layers if not 0 <= l < model.cfg.n_layers]
+            if bad:
+                raise ValueError(f"layers: {bad} out of range 0..{model.cfg.n_layers - 1} (0-based)")
+            keep = {f"blocks.{l}." for l in self.layers}
+            chosen = {n for n in chosen if not n.startswith("blocks.") or
+                      any(n.startswith(k) for k in keep)}
+        if not chosen:
+            raise ValueError(f"params: {self.params} with layers {self.layers} selects no parameter")
+        return [n for n in names if n in chosen]
+
+    def acts_on(self, model) -> list[str]:
+        return self.parameter_names(model)
+
+    def check_donor(self, model) -> None:
+        """Raise :class:`DonorMismatchError` unless the donor fits ``model``."""
+        if self.strict and self.donor.cfg != model.cfg:
+            theirs, ours = self.donor.cfg.to_dict(), model.cfg.to_dict()
+            diff = {k: (ours[k], theirs.get(k)) for k in ours if ours[k] != theirs.get(k)}
+            raise DonorMismatchError(f"donor: its config differs from the recipient's; (recipient, "
+                                     f"donor) per field: {diff}. Pass strict=False to only require "
+                                     "equal parameter shapes")
+        donor_params = dict(self.donor.named_parameters())
+        for name, p in model.named_parameters():
+            if name not in donor_params:
+                raise DonorMismatchError(f"donor: has no parameter {name!r}")
+            if donor_params[name].shape != p.shape:
+                raise DonorMismatchError(f"donor: {name!r} has shape {tuple(donor_params[name].shape)}"
+                                         f", the recipient's has {tuple(p.shape)}")
+
+    def weight_edits(self, model, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
+        self.check_donor(model)
+        donor_params = dict(self.donor.named_parameters())
+        own = dict(model.named_parameters())
+        return {n: donor_params[n].detach().to(device=own[n].device, dtype=own[n].dtype).clone()
+                for n in self.parameter_names(model)}
+
+    def fwd_hooks(self, model) -> list[FwdHook]:
+        return parameter_override_hooks(model, self.weight_edits(model), label="transplant")
