@@ -98,3 +98,30 @@ def test_local_directory_recipe(tmp_path, monkeypatch):
     acc2 = accumulate(ours, batches, drop_first=1, progress=False)
     for hf_name, our_name in zip(acc.names, acc2.names):
         assert torch.allclose(acc.result(hf_name).pos, acc2.result(our_name).pos, atol=1e-5)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.convert") is None,
+                    reason="tfmatcomp.convert (HookedEncoder.from_hf) does not exist yet")
+def test_transformer_bridge_streams_the_same_statistics(tmp_path, monkeypatch, task4):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bridge_mod = pytest.importorskip("transformer_lens.model_bridge")
+    cfg = _tiny_bert().config
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        hf = transformers.BertForMaskedLM(cfg).eval()
+    ours = tm.HookedEncoder.from_hf(hf).eval()  # before booting: the bridge wraps hf's modules
+    (tmp_path / "vocab.txt").write_text(
+        "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(1997)]) + "\n")
+    tokenizer = transformers.BertTokenizer(vocab_file=str(tmp_path / "vocab.txt"))
+    hf.save_pretrained(tmp_path)
+    bridge = bridge_mod.TransformerBridge.boot_transformers(str(tmp_path), hf_model=hf,
+                                                            tokenizer=tokenizer, device="cpu")
+    names = residual_stream_names(bridge)
+    assert names == ["blocks.0.hook_resid_pre", "blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]
+    g = torch.Generator().manual_seed(0)
+    batches = [task4.sample(16, generator=g).tokens for _ in range(2)]
+    via_bridge = accumulate(bridge, batches, names, progress=False)
+    via_ours = accumulate(ours, batches, progress=False)
+    for a, b in zip(via_bridge.names, via_ours.names):
+        ra, rb = via_bridge.result(a), via_ours.result(b)
+        assert torch.allclose(ra.pos, rb.pos, atol=1e-5) and torch.allclose(ra.ctx, rb.ctx, atol=1e-5)
