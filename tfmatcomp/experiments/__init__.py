@@ -1,0 +1,39 @@
+"""The papers' causal experiments as functions that return tidy pandas tables.
+
+Each function takes models (a :class:`~tfmatcomp.HookedEncoder`, a checkpoint path, or
+``{label: model or path}``; label ``"pre-shift"`` / ``"post-shift"`` to get the papers' numbers in the
+``paper_4l8h_*`` columns), a task (default: the checkpoint's), ``n_samples`` (the papers' counts by
+default) and a ``seed``; the same seed gives the same table. See docs/interventions.md.
+
+=============================  ======================================================  ==========
+function                       what                                                    paper
+=============================  ======================================================  ==========
+:func:`copying_check`          L'_mask, L_obs with MASK -> m, low-rank and random      Table 1
+:func:`attention_ablation`     losses with / without ablating all (or some) heads      3.1.2, 3.2.1
+:func:`weight_transplant`      Q/K/V (or other) transplant pre <-> post                3.1.2, 3.2.1
+:func:`positional_permutation` losses with permuted positional embeddings              3.2.1
+:func:`activation_patching`    X -> -X patch at hook_z, all layers and per layer       App. J
+:func:`head_group_ablation`    head groups, losses without / with and ratios           002 App. L
+:func:`head_ablation_scan`     layers x heads table of the change in L_mask            (ours)
+=============================  ======================================================  ==========
+
+Example:
+    >>> import tfmatcomp as tm
+    >>> from tfmatcomp.experiments import attention_ablation
+    >>> df = attention_ablation(tm.HookedEncoder(tm.get_preset("tiny").model), "tiny", n_samples=16)
+    >>> list(df.columns)[:6]
+    ['model', 'heads', 'variant', 'condition', 'L', 'L_obs']
+"""
+
+from tfmatcomp.experiments.ablation import attention_ablation, head_ablation_scan, head_group_ablation
+from tfmatcomp.experiments.copying import copying_check
+from tfmatcomp.experiments.patching import activation_patching
+from tfmatcomp.experiments.permutation import positional_permutation
+from tfmatcomp.experiments.reference import PAPER_HEAD_GROUPS, PAPER_LABEL
+from tfmatcomp.experiments.transplant import weight_transplant
+
+__all__ = [
+    "copying_check", "attention_ablation", "weight_transplant", "positional_permutation",
+    "activation_patching", "head_group_ablation", "head_ablation_scan", "PAPER_HEAD_GROUPS",
+    "PAPER_LABEL",
+]

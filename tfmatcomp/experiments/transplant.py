@@ -1,0 +1,82 @@
+"""Weight transplant in both directions ("model switching", seed 000 Sections 3.1.2 and 3.2.1).
+
+The pre-shift model computes with the post-shift model's query / key / value weights and biases
+(``pre <- post``), and the other way round (``post <- pre``), through
+:class:`~tfmatcomp.interventions.WeightTransplant`. Each recipient's own losses are given as baseline
+rows on the same batch.
+
+Example:
+    >>> import tfmatcomp as tm
+    >>> from tfmatcomp.experiments import weight_transplant
+    >>> cfg = tm.get_preset("tiny").model
+    >>> df = weight_transplant(tm.HookedEncoder(cfg, seed=0), tm.HookedEncoder(cfg, seed=1), "tiny", n_samples=8)
+    >>> df[["recipient", "donor"]].values.tolist()
+    [['pre-shift', 'none'], ['post-shift', 'none'], ['pre-shift', 'post-shift'], ['post-shift', 'pre-shift']]
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import pandas as pd
+
+from tfmatcomp.experiments.common import (ModelLike, TaskLike, loss_values, predict, resolve_models,
+                                          sample_batch)
+from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
+from tfmatcomp.interventions import WeightTransplant
+
+__all__ = ["weight_transplant"]
+
+
+def weight_transplant(
+    pre: ModelLike,
+    post: ModelLike,
+    task: TaskLike = None,
+    *,
+    params: str | Iterable[str] = "qkv",
+    labels: tuple[str, str] = (PRE, POST),
+    n_samples: int = 256,
+    seed: int = 0,
+    chunk_size: int = 256,
+) -> pd.DataFrame:
+    """Losses of each model with the other's ``params`` transplanted, both directions.
+
+    Args:
+        pre, post: the two models (or checkpoint paths).
+        task: the matrix task (default: the checkpoints' own).
+        labels: names of ``pre`` and ``post`` in the table; the papers' columns are filled only for
+            the default ``("pre-shift", "post-shift")``.
+        params: what is transplanted (see :class:`~tfmatcomp.interventions.WeightTransplant`):
+            ``"qkv"`` (default, the papers'), ``"all_but_attn"`` (their second variant), other groups
+            or parameter names.
+        n_samples: matrices (paper: 256); seed: seeds the batch (the same for every row).
+
+    Returns:
+        Rows ``recipient``, ``donor`` and ``params`` (``"none"`` for the baselines), ``L``,
+        ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask`` (the papers' Q/K/V
+        numbers; the baselines are their unablated losses).
+    """
+    first, second = (str(x) for x in labels)
+    if first == second:
+        raise ValueError(f"labels: must differ, got {labels!r}")
+    named, task = resolve_models({first: pre, second: post}, task)
+    paper_labels = (first, second) == (PRE, POST)
+    what = params if isinstance(params, str) else ", ".join(params)
+    batch = sample_batch(task, n_samples, seed)
+    rows = []
+    for label in (first, second):
+        ref = PAPER_ABLATION_ALL[label]["baseline"] if paper_labels else {}
+        rows.append({"recipient": label, "donor": "none", "params": "none",
+                     **loss_values(predict(named[label], batch, None, chunk_size), batch),
+                     "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
+                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
+    for recipient, donor in ((first, second), (second, first)):
+        iv = WeightTransplant(named[donor], params=params)
+        ref = PAPER_TRANSPLANT.get((recipient, donor), {}) if (params == "qkv" and paper_labels) else {}
+        rows.append({"recipient": recipient, "donor": donor, "params": what,
+                     **loss_values(predict(named[recipient], batch, iv, chunk_size), batch),
+                     "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
+                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
+    df = pd.DataFrame(rows)
+    df.attrs.update(experiment="weight transplant", n_samples=n_samples, seed=seed)
+    return df
