@@ -54,7 +54,7 @@ from tfmatcomp.metrics import losses
 
 __all__ = [
     "NuclearNormSolution", "nuclear_norm", "solve_nuclear_norm_torch", "solve_nuclear_norm_cvxpy",
-    "complete_nuclear_norm", "batch_losses", "compare_with_model", "lambda_table",
+    "complete_nuclear_norm", "batch_losses", "model_predictions", "compare_with_model", "lambda_table",
     "PAPER_LAMBDA_TABLE", "PAPER_P_MASKS", "PAPER_LAMBDAS",
 ]
 
@@ -610,7 +610,16 @@ def _as_task(task) -> MatrixCompletionTask:
 
 @torch.no_grad()
 def model_predictions(model, batch: MatrixBatch) -> Float[Tensor, "batch pos"]:
-    """``model(batch.tokens)`` in eval mode on the model's device (the normal forward path)."""
+    """``model(batch.tokens)`` in eval mode on the model's device (the normal forward path), returned
+    on the batch's device.
+
+    Example:
+        >>> import torch, tfmatcomp as tm
+        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
+        >>> b = tm.MatrixCompletionTask(4, rank=1).sample(2, generator=torch.Generator().manual_seed(0))
+        >>> model_predictions(m, b).shape
+        torch.Size([2, 16])
+    """
     was_training = model.training
     model.eval()
     try:

@@ -1,0 +1,205 @@
+"""Out-of-distribution evaluation of a trained model, next to nuclear-norm minimization (seed 001
+Fig. 19, seed 002 Appendix J).
+
+Each condition changes one thing about the training distribution: the law of the entries of ``U``
+and ``V`` (Gaussian N(0, 1), Laplace(0, 1)), the rank, the number of rows, the number of columns,
+or drops the low-rank structure altogether (``rank=None``: iid entries, the papers' "random"
+matrices). For each condition a batch is sampled through :class:`~tfmatcomp.MatrixCompletionTask`,
+the model predicts with ``model(batch.tokens)``, and the same batch is completed by nuclear-norm
+minimization (:func:`tfmatcomp.baselines.complete_nuclear_norm`); both are scored with
+:func:`tfmatcomp.metrics.losses`.
+
+Shapes and positions. A matrix is fed row-major, position ``k = n_cols * row + col``, and the model
+has ``n_ctx`` learned positions, so a shape is allowed only if ``n_rows * n_cols <= n_ctx``.
+Changing ``n_rows`` keeps the meaning of every position (fewer rows just end the sequence early),
+but changing ``n_cols`` moves entries to positions that meant another (row, column) in training:
+with 7 columns position 8 is (row 1, col 1); with 6 columns it is (row 1, col 2). The papers find
+the positional embeddings encode the column, which is why performance degrades when the number of
+columns changes (Fig. 19c). Other ranks use the training shape; changed shapes keep the training
+rank unless it exceeds the smaller side (then the rank is that side).
+
+Heavy-tailed entries are clipped to the tokenizer's range [-10, 10] by the sampler.
+
+Example:
+    >>> import tfmatcomp as tm
+    >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
+    >>> task = tm.MatrixCompletionTask(n_rows=4, rank=1)
+    >>> df = evaluate_ood(model, task, n_samples=4)
+    >>> sorted(set(df["group"]))
+    ['distribution', 'full_rank', 'in_distribution', 'n_cols', 'n_rows', 'rank']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import torch
+
+from tfmatcomp.baselines import _as_task, _row, complete_nuclear_norm, model_predictions, nuclear_norm
+from tfmatcomp.data import MatrixCompletionTask
+
+__all__ = ["OODCondition", "ood_conditions", "evaluate_ood", "OOD_GROUPS"]
+
+#: Condition groups, in the order of :func:`ood_conditions`.
+OOD_GROUPS: tuple[str, ...] = ("in_distribution", "distribution", "rank", "n_rows", "n_cols", "full_rank")
+
+
+@dataclass(frozen=True)
+class OODCondition:
+    """One evaluation distribution.
+
+    Attributes:
+        group: what is changed (one of :data:`OOD_GROUPS`).
+        value: the changed value (a distribution name, a rank, a row or column count, "random").
+        task: the distribution to sample from.
+    """
+
+    group: str
+    value: Any
+    task: MatrixCompletionTask
+
+    @property
+    def label(self) -> str:
+        return "train" if self.group == "in_distribution" else f"{self.group}={self.value}"
+
+
+def _variant(task: MatrixCompletionTask, **changes) -> MatrixCompletionTask:
+    kw = dict(n_rows=task.n_rows, n_cols=task.n_cols, rank=task.rank, p_mask=task.p_mask,
+              distribution=task.distribution, tokenizer=task.tokenizer)
+    kw.update(changes)
+    return MatrixCompletionTask(**kw)
+
+
+def ood_conditions(
+    task,
+    n_ctx: int,
+    *,
+    distributions: Sequence[str] = ("gaussian", "laplace"),
+    ranks: Sequence[int] | None = None,
+    n_rows: Sequence[int] | None = None,
+    n_cols: Sequence[int] | None = None,
+    full_rank: bool = True,
+) -> list[OODCondition]:
+    """The papers' OOD conditions around a training distribution.
+
+    Args:
+        task: the training distribution (MatrixCompletionTask or TaskConfig).
+        n_ctx: the model's number of positions (shapes must fit).
+        distributions: entry laws other than the training one.
+        ranks: ranks to try (default: every rank from 1 to the smaller side except the training one).
+        n_rows, n_cols: row / column counts to try with the other side fixed (default: every count
+            from 2 that fits in ``n_ctx``, up to ``n_ctx // other side``, except the training one).
+        full_rank: add full-rank random matrices of the training shape.
+
+    Raises:
+        ValueError: a requested shape does not fit in ``n_ctx``, or a rank exceeds the shape.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> conds = ood_conditions(tm.MatrixCompletionTask(n_rows=4, rank=1), n_ctx=16)
+        >>> [c.label for c in conds]  # doctest: +NORMALIZE_WHITESPACE
+        ['train', 'distribution=gaussian', 'distribution=laplace', 'rank=2', 'rank=3', 'rank=4',
+         'n_rows=2', 'n_rows=3', 'n_cols=2', 'n_cols=3', 'full_rank=random']
+    """
+    task = _as_task(task)
+    if not isinstance(n_ctx, int) or n_ctx < 1:
+        raise ValueError(f"n_ctx: must be a positive integer, got {n_ctx!r}")
+    if task.n_positions > n_ctx:
+        raise ValueError(f"task: {task.n_rows}x{task.n_cols} needs {task.n_positions} positions, "
+                         f"more than n_ctx={n_ctx}")
+    R, C = task.n_rows, task.n_cols
+    conds = [OODCondition("in_distribution", "train", task)]
+    conds += [OODCondition("distribution", d, _variant(task, distribution=d))
+              for d in distributions if d != task.distribution]
+    if ranks is None:
+        ranks = [r for r in range(1, min(R, C) + 1) if r != task.rank]
+    conds += [OODCondition("rank", r, _variant(task, rank=r)) for r in ranks]
+
+    def shape_ok(rows: int, cols: int, what: str) -> None:
+        if rows * cols > n_ctx:
+            raise ValueError(f"{what}: a {rows}x{cols} matrix needs {rows * cols} positions, more "
+                             f"than the model's n_ctx={n_ctx}")
+
+    def rank_for(rows: int, cols: int):
+        return None if task.rank is None else min(task.rank, rows, cols)
+
+    if n_rows is None:
+        n_rows = [r for r in range(2, n_ctx // C + 1) if r != R]
+    for r in n_rows:
+        shape_ok(r, C, "n_rows")
+        conds.append(OODCondition("n_rows", r, _variant(task, n_rows=r, rank=rank_for(r, C))))
+    if n_cols is None:
+        n_cols = [c for c in range(2, n_ctx // R + 1) if c != C]
+    for c in n_cols:
+        shape_ok(R, c, "n_cols")
+        conds.append(OODCondition("n_cols", c, _variant(task, n_cols=c, rank=rank_for(R, c))))
+    if full_rank and task.rank is not None:
+        conds.append(OODCondition("full_rank", "random", _variant(task, rank=None)))
+    return conds
+
+
+def evaluate_ood(
+    model,
+    task=None,
+    conditions: Sequence[OODCondition] | None = None,
+    *,
+    n_samples: int = 256,
+    seed: int = 0,
+    baseline: bool = True,
+    lam: float | None = None,
+    method: str = "torch",
+    **solver_options: Any,
+) -> pd.DataFrame:
+    """Evaluate ``model`` on OOD conditions, each next to nuclear-norm minimization.
+
+    Args:
+        model: a trained :class:`~tfmatcomp.HookedEncoder`.
+        task: the training distribution (MatrixCompletionTask or TaskConfig); used to build the
+            default conditions with :func:`ood_conditions` (and ``model.cfg.n_ctx``).
+        conditions: explicit conditions (then ``task`` may be None).
+        n_samples: matrices per condition; each condition draws its batch from a generator seeded
+            with ``seed``, so a condition's batch does not depend on the others.
+        baseline: also solve nuclear-norm minimization on the same batches.
+        lam, method, solver_options: the nuclear-norm problem and solver
+            (see :func:`tfmatcomp.baselines.complete_nuclear_norm`).
+
+    Returns:
+        One row per (condition, method) with columns ``group, condition, value, n_rows, n_cols,
+        rank`` (None: full rank) ``, distribution, p_mask, method, L, L_obs, L_mask,
+        mean_abs_pred_mask, n_failed, nuclear_norm, true_nuclear_norm, n_samples``.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
+        >>> conds = ood_conditions(tm.TaskConfig(n_rows=4, rank=1), 16, ranks=[2], n_rows=[], n_cols=[])
+        >>> evaluate_ood(model, conditions=conds, n_samples=4)["condition"].tolist()[::2]
+        ['train', 'distribution=gaussian', 'distribution=laplace', 'rank=2', 'full_rank=random']
+    """
+    if conditions is None:
+        if task is None:
+            raise ValueError("task: required when no conditions are given")
+        conditions = ood_conditions(task, model.cfg.n_ctx)
+    if not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples: must be a positive integer, got {n_samples!r}")
+    n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
+    rows = []
+    for cond in conditions:
+        t = cond.task
+        if n_ctx is not None and t.n_positions > n_ctx:
+            raise ValueError(f"conditions: {cond.label} needs {t.n_positions} positions, more than "
+                             f"the model's n_ctx={n_ctx}")
+        batch = t.sample(n_samples, generator=torch.Generator().manual_seed(seed))
+        meta = dict(group=cond.group, condition=cond.label, value=cond.value, n_rows=t.n_rows,
+                    n_cols=t.n_cols, rank=t.rank, distribution=t.distribution, p_mask=t.p_mask,
+                    true_nuclear_norm=float(nuclear_norm(batch.matrices.double()).mean()))
+        rows.append(_row("model", model_predictions(model, batch), batch, None, **meta))
+        if baseline:
+            sol = complete_nuclear_norm(batch, lam, method=method, **solver_options)
+            rows.append(_row("nuclear_norm", sol.predictions, batch, sol.converged, **meta))
+    cols = ["group", "condition", "value", "n_rows", "n_cols", "rank", "distribution", "p_mask",
+            "method", "L", "L_obs", "L_mask", "mean_abs_pred_mask", "n_failed", "nuclear_norm",
+            "true_nuclear_norm", "n_samples"]
+    return pd.DataFrame(rows)[cols]

@@ -1,0 +1,142 @@
+"""Figures for training dynamics: the loss curve with the detected drop, component-wise training.
+
+* :func:`loss_curve_figure`: ``L``, ``L_obs``, ``L_mask`` (log scale) against the step, with the
+  sudden drop found by :func:`tfmatcomp.dynamics.detect_drop` marked (drop step, 10-90% band,
+  plateau and final levels);
+* :func:`component_training_figure`: one curve per trained component group (seed 002 Fig. 8),
+  from :func:`tfmatcomp.dynamics.component_training`, with each group's drop step marked.
+
+Example:
+    >>> import numpy as np, pandas as pd
+    >>> t = np.arange(0, 4000, 20.0)
+    >>> mask = 10 ** (-2 + 1 / (1 + np.exp((t - 2500) / 40)))
+    >>> df = pd.DataFrame({"step": t, "train_L": 0.3 * mask, "train_L_obs": 1e-4 + 0 * t, "train_L_mask": mask})
+    >>> fig = loss_curve_figure(df, prefix="train", drop_column="train_L_mask")
+    >>> [tr.name for tr in fig.data][:3]
+    ['L', 'L_obs', 'L_mask']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from tfmatcomp.dynamics import DropResult, detect_drop
+
+__all__ = ["loss_curve_figure", "component_training_figure"]
+
+_LOSS_COLORS = {"L": "#4C4C4C", "L_obs": "#5778A4", "L_mask": "#D1615D"}
+_PALETTE = ["#5778A4", "#E49444", "#D1615D", "#85B6B2", "#6A9F58", "#E7CA60", "#A87C9F", "#967662"]
+
+
+def _check_metrics(metrics: pd.DataFrame, columns: Sequence[str]) -> None:
+    if not isinstance(metrics, pd.DataFrame):
+        raise ValueError(f"metrics: expected a pandas DataFrame (a metrics log), got {type(metrics).__name__}")
+    missing = [c for c in columns if c not in metrics.columns]
+    if missing:
+        raise ValueError(f"metrics: missing columns {missing}; columns are {list(metrics.columns)}")
+
+
+def _mark_drop(fig: go.Figure, drop: DropResult, color: str = "black", label: str = "") -> None:
+    if not drop.has_drop:
+        return
+    fig.add_vrect(x0=drop.drop_start, x1=drop.drop_end, fillcolor=color, opacity=0.08, line_width=0)
+    fig.add_vline(x=drop.drop_step, line=dict(color=color, dash="dash", width=1),
+                  annotation_text=f"{label}drop @ {drop.drop_step:,.0f}", annotation_position="top")
+
+
+def loss_curve_figure(
+    metrics: pd.DataFrame,
+    *,
+    prefix: str = "eval",
+    losses: Sequence[str] = ("L", "L_obs", "L_mask"),
+    drop: DropResult | bool | None = True,
+    drop_column: str | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """Loss curves on a log scale with the detected sudden drop marked.
+
+    Args:
+        metrics: a metrics log (``step`` and ``{prefix}_{loss}`` columns), e.g. ``result.metrics``.
+        prefix: ``"eval"`` or ``"train"``.
+        losses: which losses to draw.
+        drop: True detects the drop on ``drop_column`` (default ``{prefix}_L_mask``); a
+            :class:`~tfmatcomp.dynamics.DropResult` is drawn as given; False / None draws none.
+            A found drop is marked by a dashed line at the drop step, a shaded 10-90% band and the
+            fitted plateau-drop curve (dotted).
+
+    Example:
+        >>> import numpy as np, pandas as pd
+        >>> df = pd.DataFrame({"step": [1, 2, 3], "eval_L": [1.0, 0.5, 0.2], "eval_L_obs": [0.1] * 3,
+        ...                    "eval_L_mask": [2.0, 1.0, 0.5]})
+        >>> loss_curve_figure(df, drop=False).layout.yaxis.type
+        'log'
+    """
+    cols = [f"{prefix}_{name}" for name in losses]
+    _check_metrics(metrics, ["step", *cols])
+    df = metrics.sort_values("step")
+    fig = go.Figure()
+    for name, col in zip(losses, cols):
+        fig.add_trace(go.Scatter(x=df["step"], y=df[col], mode="lines", name=name,
+                                 line=dict(color=_LOSS_COLORS.get(name), width=1.5)))
+    if drop is True:
+        drop = detect_drop(df, column=drop_column or f"{prefix}_L_mask")
+    if isinstance(drop, DropResult) and drop.params:
+        if drop.has_drop:
+            fig.add_trace(go.Scatter(x=df["step"], y=drop.curve(df["step"]), mode="lines",
+                                     name=f"fit ({drop.column or 'loss'})",
+                                     line=dict(color="black", dash="dot", width=1)))
+        _mark_drop(fig, drop)
+    fig.update_yaxes(type="log", title_text="MSE", exponentformat="power")
+    fig.update_xaxes(title_text="step")
+    subtitle = ""
+    if isinstance(drop, DropResult):
+        subtitle = (f" | drop at step {drop.drop_step:,.0f}, width {drop.drop_width:,.0f}, "
+                    f"{drop.plateau_level:.3g} -> {drop.final_level:.3g}" if drop.has_drop
+                    else " | no sudden drop")
+    fig.update_layout(title=(title or f"{prefix} losses") + subtitle, template="plotly_white")
+    return fig
+
+
+def component_training_figure(
+    df: pd.DataFrame,
+    column: str = "eval_L_mask",
+    *,
+    mark_drops: bool = True,
+    title: str | None = None,
+) -> go.Figure:
+    """One curve of ``column`` per component group (log scale), each group's drop step marked.
+
+    Args:
+        df: :func:`tfmatcomp.dynamics.component_training` output (``component`` and ``step``
+            columns plus the metrics).
+        column: the loss to draw (``eval_L_mask``, ``train_L``, ...).
+        mark_drops: run :func:`~tfmatcomp.dynamics.detect_drop` per group and mark found drops.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"component": ["mlp"] * 3 + ["all"] * 3, "step": [1, 2, 3] * 2,
+        ...                    "eval_L_mask": [0.3, 0.1, 0.05, 0.3, 0.2, 0.1]})
+        >>> [t.name for t in component_training_figure(df, mark_drops=False).data]
+        ['mlp', 'all']
+    """
+    _check_metrics(df, ["component", "step", column])
+    fig = go.Figure()
+    for i, (group, part) in enumerate(df.groupby("component", sort=False)):
+        part = part.sort_values("step")
+        color = _PALETTE[i % len(_PALETTE)]
+        label = "all components" if group == "all" else str(group)
+        fig.add_trace(go.Scatter(x=part["step"], y=part[column], mode="lines", name=str(group),
+                                 legendgroup=str(group), line=dict(color=color, width=1.5),
+                                 hovertemplate=f"{label}<br>step %{{x}}<br>{column} %{{y:.3g}}<extra></extra>"))
+        if mark_drops and len(part) >= 8:
+            drop = detect_drop(part, column=column)
+            if drop.has_drop:
+                fig.add_vline(x=drop.drop_step, line=dict(color=color, dash="dash", width=1))
+    fig.update_yaxes(type="log", title_text=column, exponentformat="power")
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(title=title or f"Component-wise training ({column}); others frozen at their trained values",
+                      template="plotly_white")
+    return fig
