@@ -68,6 +68,8 @@ def _pattern(kind: str, obs: torch.Tensor, extra=None) -> torch.Tensor:
     elif kind == "longest_contiguous_column":
         full = extra
         w = SAME_ROW & (COLS[None, None, :] == full[:, None, None])
+    elif kind == "mask_sink":
+        w = torch.where(obs[:, :, None], ~obs_k, eye)
     elif kind == "middle_row_static":
         w = (ROWS[None, :] == N // 2).expand(b, P, P)
     else:
@@ -79,7 +81,7 @@ def _pattern(kind: str, obs: torch.Tensor, extra=None) -> torch.Tensor:
     ("row", "bernoulli"), ("column", "bernoulli"), ("identity", "bernoulli"),
     ("uniform", "bernoulli"), ("mask_ignore", "bernoulli"), ("observed_copy", "rowmask"),
     ("masked_row", "rowmask"), ("longest_contiguous_column", "lcc"),
-    ("row", "rowmask"), ("column", "lcc"), ("identity", "rowmask"),
+    ("row", "rowmask"), ("column", "lcc"), ("identity", "rowmask"), ("mask_sink", "bernoulli"),
 ])
 def test_pure_patterns_classify_as_their_type(kind, mask_kind):
     extra = None
@@ -174,7 +176,8 @@ def test_transpose_swaps_row_and_column(seed):
     s, st_ = heads.head_scores(a, obs, N), heads.head_scores(at, obst, N)
     assert st_["row"].to_numpy() == pytest.approx(s["column"].to_numpy(), abs=1e-12)
     assert st_["column"].to_numpy() == pytest.approx(s["row"].to_numpy(), abs=1e-12)
-    for col in ("identity", "self_observed", "observed_mass", "mask_ignore", "entropy", "static"):
+    for col in ("identity", "self_observed", "observed_mass", "mask_ignore", "mask_sink", "entropy",
+                "static"):
         assert st_[col].to_numpy() == pytest.approx(s[col].to_numpy(), abs=1e-12), col
 
 

@@ -44,6 +44,11 @@ score                          definition
 ``mask_ignore``                ``(observed_mass - F) / (1 - F)``, ``F`` the pooled fraction of
                                observed keys: 1 = attends to observed keys only, 0 = blind to
                                the mask.
+``mask_sink``                  ``(m - c) / (1 - c)``, ``m`` the pooled mass on masked keys over
+                               *observed* queries, ``c`` the pooled fraction of masked keys over
+                               the same queries: 1 = observed queries attend only to masked keys
+                               (which carry only their positional embedding), 0 = chance. Not a
+                               paper type; found in our tiny models (see docs/heads.md).
 ``static``                     ``1 - sum Var_samples(A) / sum E_samples(A^2)`` (sums over query
                                and key): 1 when the map does not change across samples / masks;
                                NaN with a single sample.
@@ -55,8 +60,8 @@ score                          definition
 :func:`classify_heads` assigns one ``type`` per head by checking, in order: ``uniform``
 (entropy >= threshold), ``identity`` / ``observed_copy`` (the larger passing one),
 ``masked_row``, ``longest_contiguous_column``, ``row`` / ``column`` (the larger passing one),
-``mask_ignore``, ``input_processing`` (``static`` above threshold, not uniform, in the configured
-layers), else ``other``. The ``types`` column lists every type whose criterion passes.
+``mask_ignore``, ``mask_sink``, ``input_processing`` (``static`` above threshold, not uniform, in
+the configured layers), else ``other``. The ``types`` column lists every type whose criterion passes.
 
 Layers and heads are 0-based (``layer``, ``head`` columns); ``paper_label`` is the papers' 1-based
 ``"(layer, head)"``.
@@ -102,10 +107,10 @@ __all__ = [
 ]
 
 HEAD_TYPES = ("uniform", "identity", "observed_copy", "masked_row", "longest_contiguous_column",
-              "row", "column", "mask_ignore", "input_processing", "other")
+              "row", "column", "mask_ignore", "mask_sink", "input_processing", "other")
 
 SCORE_COLUMNS = ("row", "column", "identity", "observed_copy", "masked_row",
-                 "longest_contiguous_column", "mask_ignore", "static", "entropy",
+                 "longest_contiguous_column", "mask_ignore", "mask_sink", "static", "entropy",
                  "self_observed", "self_masked", "row_observed_masked", "observed_mass",
                  "middle_row")
 
@@ -205,6 +210,11 @@ class HeadScoreAccumulator:
         else:
             self._num[name], self._den[name] = num, den
 
+    def _add_scalar(self, name: str, value: Tensor, qweight: Tensor) -> None:
+        # value, qweight [B, Q]: a pooled chance level (no layer / head dependence)
+        self._num[name] = self._num.get(name, 0) + (value * qweight).sum()
+        self._den[name] = self._den.get(name, 0) + qweight.sum()
+
     def update(self, patterns: Float[Tensor, "batch layer head query key"],
                observed: Bool[Tensor, "batch pos"] | Bool[Tensor, "pos"] | None = None) -> None:
         """Add a chunk of per-sample patterns ``[batch, layer, head, q, k]`` with their masks
@@ -256,8 +266,9 @@ class HeadScoreAccumulator:
                   (n_lcc > 0).to(torch.float64)[:, None].expand(-1, self.n_pos))
         self._add("observed_mass", mass(obs_k.expand(-1, self.n_pos, -1)), ones)
         frac = obs_f.mean(-1, keepdim=True).expand(-1, self.n_pos)            # [B, Q]
-        self._num["observed_fraction"] = self._num.get("observed_fraction", 0) + frac.sum()
-        self._den["observed_fraction"] = self._den.get("observed_fraction", 0) + frac.numel()
+        self._add_scalar("observed_fraction", frac, ones)
+        self._add("masked_mass_observed_queries", mass(1.0 - obs_k.expand(-1, self.n_pos, -1)), obs_f)
+        self._add_scalar("masked_fraction_observed_queries", 1.0 - frac, obs_f)
         middle = (rows == self.n_rows // 2).to(torch.float64)[None, :].expand(self.n_pos, -1)
         self._add("middle_row", mass(middle), ones)
         ent = -(a * torch.log(a.clamp_min(1e-300))).sum(-1).sum((0, -1))       # [L, H]
@@ -288,7 +299,8 @@ class HeadScoreAccumulator:
         if self._sum is None:
             raise ValueError("no patterns added yet; call update() first")
         n_layers, n_heads = self._sum.shape[:2]
-        s = {name: self._pooled(name) for name in self._num if name != "observed_fraction"}
+        chance = ("observed_fraction", "masked_fraction_observed_queries")
+        s = {name: self._pooled(name) for name in self._num if name not in chance}
         out = {k: s[k] for k in ("row", "column", "self_observed", "self_masked", "row_observed_masked",
                                  "observed_mass", "middle_row", "longest_contiguous_column")}
         out["identity"] = torch.fmin(s["self_observed"], s["self_masked"])
@@ -298,6 +310,10 @@ class HeadScoreAccumulator:
         f = self._num["observed_fraction"] / self._den["observed_fraction"]
         out["mask_ignore"] = ((s["observed_mass"] - f) / (1 - f) if f < 1
                               else torch.full_like(s["observed_mass"], float("nan")))
+        den = self._den["masked_fraction_observed_queries"]
+        c = self._num["masked_fraction_observed_queries"] / den if den > 0 else None
+        m = s["masked_mass_observed_queries"]
+        out["mask_sink"] = (m - c) / (1 - c) if c is not None and c > 0 else torch.full_like(m, float("nan"))
         if self.n_samples >= 2:
             mean = self._sum / self.n_samples
             var = (self._sum_sq / self.n_samples - mean.pow(2)).clamp_min(0).sum((-2, -1))
@@ -366,6 +382,7 @@ class HeadThresholds:
     row: float = 0.5
     column: float = 0.5
     mask_ignore: float = 0.8
+    mask_sink: float = 0.6
     input_processing_static: float = 0.9
     input_processing_layers: tuple[int, ...] | None = (0,)
 
@@ -387,12 +404,13 @@ def _passes(row: pd.Series, th: HeadThresholds) -> dict[str, bool]:
         "row": ge("row", th.row),
         "column": ge("column", th.column),
         "mask_ignore": ge("mask_ignore", th.mask_ignore),
+        "mask_sink": ge("mask_sink", th.mask_sink),
         "input_processing": static_ok,
     }
 
 
 _PRIORITY = (("uniform",), ("identity", "observed_copy"), ("masked_row",),
-             ("longest_contiguous_column",), ("row", "column"), ("mask_ignore",),
+             ("longest_contiguous_column",), ("row", "column"), ("mask_ignore",), ("mask_sink",),
              ("input_processing",))
 _SCORE_OF = {"uniform": "entropy", "input_processing": "static"}
 

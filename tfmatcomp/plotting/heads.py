@@ -169,7 +169,7 @@ def head_types_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Fi
     z = [[HEAD_TYPES.index(n) if n in HEAD_TYPES else len(HEAD_TYPES) for n in row] for row in names]
     n = len(HEAD_TYPES)
     palette = ["#dddddd", "#1f77b4", "#17becf", "#d62728", "#9467bd", "#2ca02c", "#ff7f0e",
-               "#8c564b", "#e377c2", "#7f7f7f"]
+               "#8c564b", "#bcbd22", "#e377c2", "#7f7f7f"]
     scale = []
     for i, c in enumerate(palette[:n]):
         scale += [[i / n, c], [(i + 1) / n, c]]
