@@ -54,6 +54,18 @@ class _PatternAblation(Intervention):
         else:
             self._heads = [(int(l), int(h)) for l, h in heads]
 
+    @classmethod
+    def from_paper_labels(cls, labels: str | Iterable[tuple[int, int | str]]):
+        """Build from the papers' 1-based labels, e.g. ``"(3,3), (4,2), (4,5-7)"``.
+
+        Example:
+            >>> UniformAttentionAblation.from_paper_labels("(4,3)").heads
+            [(3, 2)]
+        """
+        from tfmatcomp.interventions.sites import paper_heads
+
+        return cls(paper_heads(labels))
+
     @property
     def heads(self) -> str | list[tuple[int, int]]:
         """The ablated heads, 0-based, as given (``"all"`` is resolved against a model)."""
