@@ -11,7 +11,7 @@ cvxpy baselines timed:
 
     python benchmarks/nuclear_norm.py                 # 512 problems, constrained (Eq. 1)
     python benchmarks/nuclear_norm.py --lam 1e-3      # the regularized problem (Eq. 2)
-    python benchmarks/nuclear_norm.py -n 128 --no-scs --threads 1
+    python benchmarks/nuclear_norm.py -n 128 --no-scs --threads 0   # torch's default threads
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def main() -> None:
     ap.add_argument("--p-mask", type=float, default=0.3)
     ap.add_argument("--lam", type=float, default=None, help="regularized problem with this lambda")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads (default 1: cvxpy's solvers are single-threaded, and "
+                         "on a shared CPU more threads can be much slower); 0 keeps torch's default")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--no-scs", action="store_true", help="skip the (slow) SCS baseline")
     args = ap.parse_args()

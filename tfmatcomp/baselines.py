@@ -415,21 +415,31 @@ def solve_nuclear_norm_torch(
         full = torch.zeros_like(done)
         pending = ~done
         Xn, Un, Sn, Vn = X.clone(), U.clone(), S.clone(), V.clone()
+        late = torch.zeros_like(done)   # accepted after backtracking: SVD still to be done
         for ls in range(40):   # backtracking (Armijo) on the smoothed objective at ``target``
             idx = pending.nonzero()[:, 0]
             if idx.numel() == 0:
                 break
             Xt = X[idx].reshape(len(idx), -1).scatter_add(
                 1, prob.order[idx], step[idx, None] * dz[idx]).reshape(-1, N, N)
-            Ut, St, Vht = torch.linalg.svd(Xt)
+            if ls == 0:   # the full step: its SVD is the next iteration's when accepted
+                Ut, St, Vht = torch.linalg.svd(Xt)
+            else:
+                St = torch.linalg.svdvals(Xt)
             ft = prob.objective(Xt, St, target[idx], idx)
             ok = ft <= f0[idx] - 0.1 * step[idx] * decrement[idx] + 1e-12 * f0[idx].abs()
+            acc = idx[ok]
+            Xn[acc] = Xt[ok]
             if ls == 0:
                 full[idx] = ok
-            acc = idx[ok]
-            Xn[acc], Un[acc], Sn[acc], Vn[acc] = Xt[ok], Ut[ok], St[ok], Vht[ok].mT
+                Un[acc], Sn[acc], Vn[acc] = Ut[ok], St[ok], Vht[ok].mT
+            else:
+                late[acc] = True
             pending[acc] = False
             step = torch.where(pending, step * 0.5, step)
+        if late.any():
+            Ul, Sl, Vhl = torch.linalg.svd(Xn[late])
+            Un[late], Sn[late], Vn[late] = Ul, Sl, Vhl.mT
         X, U, S, V = Xn, Un, Sn, Vn
         done = done | (full & (mu <= mu_min) & (target <= mu_min))
         mu = torch.where(done, mu, target)
