@@ -5,9 +5,9 @@ Two ways to get the models:
 * ``--run RUN_DIR``: a training run of the tiny preset (``tfmatcomp train --preset tiny --out RUN_DIR``);
   the checkpoint at ``--pre-step`` (default 4000) is the "pre-shift" model and the last one (or
   ``--post-step``) the "post-shift" model, so the tables get the papers' reference columns.
-* no ``--run``: train the tiny preset briefly here (``--steps``, default 600) and compare the
-  checkpoint at a fifth of the way ("early") with the final one ("final"). Both are on the copying
-  plateau, so expect the pre-shift picture twice.
+* no ``--run``: train the tiny preset briefly here (``--steps``, default ``$TFMATCOMP_EXAMPLE_STEPS``
+  or 600) and compare the checkpoint at a fifth of the way ("early") with the final one ("final").
+  Both are on the copying plateau, so expect the pre-shift picture twice.
 
 Usage::
 
@@ -18,6 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 
@@ -59,7 +60,9 @@ def main() -> None:
     parser.add_argument("--run", help="run directory with checkpoints of the tiny preset")
     parser.add_argument("--pre-step", type=int, default=4000)
     parser.add_argument("--post-step", type=int, default=None)
-    parser.add_argument("--steps", type=int, default=600, help="training steps without --run")
+    parser.add_argument("--steps", type=int,
+                        default=int(os.environ.get("TFMATCOMP_EXAMPLE_STEPS", "600")),
+                        help="training steps without --run (default: $TFMATCOMP_EXAMPLE_STEPS or 600)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
