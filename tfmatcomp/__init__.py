@@ -18,6 +18,7 @@ from tfmatcomp.tokenizer import MASK_TOKEN_ID, ValueTokenizer
 from tfmatcomp.checkpoint import (CheckpointError, ConfigMismatchError, list_checkpoints,
                                   load_checkpoint, save_checkpoint)
 from tfmatcomp.training import Trainer, TrainResult, read_metrics, train
+from tfmatcomp.pretrained import load_pretrained
 
 __version__ = "0.1.0"
 
@@ -26,5 +27,24 @@ __all__ = [
     "MatrixBatch", "MatrixCompletionTask", "ValueTokenizer", "MASK_TOKEN_ID",
     "HookedEncoder", "UnknownHookError", "losses", "masked_mse", "L_mask_prime",
     "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
-    "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train",
+    "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "load_pretrained",
 ]
+
+# Analysis modules load on first use (``tfmatcomp.experiments`` ...), so ``import tfmatcomp`` stays
+# light: plotly, scipy and cvxpy are imported only by the analyses that need them.
+_SUBMODULES = {
+    "interventions", "experiments", "decomposition", "geometry", "probes", "embeddings", "heads",
+    "masks", "baselines", "dynamics", "ood", "plotting", "report", "convert", "pretrained",
+}
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"tfmatcomp.{name}")
+    raise AttributeError(f"module 'tfmatcomp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _SUBMODULES)

@@ -1,1 +1,39 @@
-"""Plotly figures, one module per analysis area; every function returns a plotly.graph_objects.Figure."""
+"""Plotly figures, one module per analysis area; every function returns a plotly.graph_objects.Figure.
+
+================================  ==========================================================
+module                            figures
+================================  ==========================================================
+:mod:`.dynamics`                  loss curve with the detected drop, component-wise training
+:mod:`.experiments`               per-head ablation scan, patching bars, loss bars
+:mod:`.heads`                     attention grids, head scores / types, score evolution
+:mod:`.embeddings`                token norms and PCA, positional PCA, checkpoint projection
+:mod:`.probes`                    probe metrics per layer
+:mod:`.baselines`                 model vs nuclear norm, lambda table, OOD bars
+:mod:`.decomposition`             pos PCA, Gram heatmap, spectra / DCT, QK components
+================================  ==========================================================
+
+Example:
+    >>> import tfmatcomp.plotting as tp
+    >>> callable(tp.loss_curve_figure) and callable(tp.attention_grid_figure)
+    True
+"""
+
+from tfmatcomp.plotting.baselines import lambda_table_figure, model_vs_nuclear_norm_figure, ood_figure
+from tfmatcomp.plotting.decomposition import gram_figure, pos_pca_figure, qk_figure, spectrum_figure
+from tfmatcomp.plotting.dynamics import component_training_figure, loss_curve_figure
+from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure, positional_norms_figure,
+                                           positional_pca_figure, token_norms_figure,
+                                           token_pca_figure)
+from tfmatcomp.plotting.experiments import head_scan_heatmap, loss_bars_figure, patching_figure
+from tfmatcomp.plotting.heads import (attention_grid_figure, head_score_evolution_figure,
+                                      head_scores_figure, head_types_figure)
+from tfmatcomp.plotting.probes import probe_table_figure
+
+__all__ = [
+    "loss_curve_figure", "component_training_figure", "head_scan_heatmap", "patching_figure",
+    "loss_bars_figure", "attention_grid_figure", "head_scores_figure", "head_types_figure",
+    "head_score_evolution_figure", "token_norms_figure", "token_pca_figure",
+    "positional_norms_figure", "positional_pca_figure", "checkpoint_projection_figure",
+    "probe_table_figure", "model_vs_nuclear_norm_figure", "lambda_table_figure", "ood_figure",
+    "pos_pca_figure", "gram_figure", "spectrum_figure", "qk_figure",
+]

