@@ -139,3 +139,11 @@ def test_fused_path_equals_hooked_path(tiny_model, batch4):
     slow, _ = tiny_model.run_with_cache(batch4.tokens)  # every hook active: unfused path
     assert torch.allclose(fast, slow, atol=1e-5)
     assert tiny_model.active_hook_count() == 0
+
+
+def test_unfused_context_makes_hooked_and_plain_runs_bit_identical(tiny_model, batch4):
+    with tiny_model.unfused():
+        plain = tiny_model(batch4.tokens)
+        hooked = tiny_model.run_with_hooks(batch4.tokens, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda x, hook: x)])
+    assert torch.equal(plain, hooked)
+    assert all(m.fused for m in tiny_model.modules() if hasattr(m, "fused"))

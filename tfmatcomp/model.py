@@ -20,9 +20,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import torch
 from jaxtyping import Float, Int
@@ -174,6 +175,33 @@ class HookedEncoder(HookedRootModule):
         if return_cache_object:
             cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
+
+    @contextlib.contextmanager
+    def unfused(self) -> Iterator["HookedEncoder"]:
+        """Inside this context every attention and LayerNorm takes its explicit, hookable path.
+
+        Outside it, a component with no active hook uses a fused kernel (SDPA, ``F.layer_norm``):
+        the same function, but rounded differently (~1e-7). Use this context when comparing runs
+        bit for bit, e.g. a run with a hook against one without.
+
+        Example:
+            >>> import torch, tfmatcomp as tm
+            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+            >>> tokens = torch.ones(2, 16, dtype=torch.long)
+            >>> with model.unfused():
+            ...     same = torch.equal(model(tokens), model.run_with_cache(tokens)[0])
+            >>> same
+            True
+        """
+        modules = [m for m in self.modules() if hasattr(m, "fused")]
+        before = [m.fused for m in modules]
+        for m in modules:
+            m.fused = False
+        try:
+            yield self
+        finally:
+            for m, flag in zip(modules, before):
+                m.fused = flag
 
     def active_hook_count(self) -> int:
         """Number of hook functions currently registered on the model's hook points (0 when clean)."""

@@ -39,6 +39,7 @@ class Attention(nn.Module):
         self.b_V = nn.Parameter(torch.zeros(h, e))
         self.b_O = nn.Parameter(torch.zeros(d))
         self.scale = e ** -0.5
+        self.fused = True  # use SDPA when no hook here is active (see HookedEncoder.unfused)
         self.hook_q = HookPoint()  # [batch, pos, head, d_head]
         self.hook_k = HookPoint()  # [batch, pos, head, d_head]
         self.hook_v = HookPoint()  # [batch, pos, head, d_head]
@@ -58,7 +59,7 @@ class Attention(nn.Module):
         x: Float[Tensor, "batch pos d_model"],
         additive_mask: Float[Tensor, "batch 1 1 key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        if not any(_hooked(hp) for hp in (self.hook_q, self.hook_k, self.hook_v,
+        if self.fused and not any(_hooked(hp) for hp in (self.hook_q, self.hook_k, self.hook_v,
                                            self.hook_attn_scores, self.hook_pattern, self.hook_z)):
             return self._fused(x, additive_mask)
         q = self.hook_q(self._project(x, self.W_Q, self.b_Q))

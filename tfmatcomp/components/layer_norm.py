@@ -20,13 +20,14 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-12):
         super().__init__()
         self.eps = eps
+        self.fused = True  # use F.layer_norm when no hook here is active (see HookedEncoder.unfused)
         self.w = nn.Parameter(torch.ones(d_model))
         self.b = nn.Parameter(torch.zeros(d_model))
         self.hook_scale = HookPoint()  # [batch, pos, 1]
         self.hook_normalized = HookPoint()  # [batch, pos, d_model]
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        if not (_hooked(self.hook_scale) or _hooked(self.hook_normalized)):
+        if self.fused and not (_hooked(self.hook_scale) or _hooked(self.hook_normalized)):
             # Same function, fused kernel: nobody is looking at the intermediates.
             return F.layer_norm(x, self.w.shape, self.w, self.b, self.eps)
         x = x - x.mean(-1, keepdim=True)
