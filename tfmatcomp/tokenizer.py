@@ -13,8 +13,8 @@ Example:
     >>> tok = ValueTokenizer()
     >>> tok.encode(torch.tensor([-10.0, 0.0, 0.44, 10.0])).tolist()
     [1, 1001, 1045, 2001]
-    >>> tok.decode(torch.tensor([0, 1001, 1045])).tolist()
-    [0.0, 0.0, 0.44...]
+    >>> [round(v, 2) for v in tok.decode(torch.tensor([0, 1001, 1045])).tolist()]
+    [0.0, 0.0, 0.44]
 """
 
 from __future__ import annotations
