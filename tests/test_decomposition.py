@@ -7,7 +7,7 @@ import gc
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import tfmatcomp as tm
@@ -121,6 +121,7 @@ def test_streaming_equals_batch(sizes, T, d, drop, masked, keep_ctx, seed):
     C = sum(sizes)
     layers = {"a": _h(C, T, d, seed), "b": _h(C, T, d + 1, seed + 1, F64)}
     mask = _random_mask(C, T, seed) if masked else None
+    assume(mask is None or bool(mask[:, drop:].any()))  # decompose refuses data with no valid entry
     acc = DecompositionAccumulator(drop_first=drop, keep_ctx=keep_ctx)
     start = 0
     for n in sizes:
@@ -130,8 +131,6 @@ def test_streaming_equals_batch(sizes, T, d, drop, masked, keep_ctx, seed):
     assert acc.names == ["a", "b"] and acc.n_contexts("b") == C
     for name, h in layers.items():
         ref = decompose(h, mask, drop_first=drop)
-        if float(ref.pos_counts.sum()) == 0:
-            continue
         got = acc.result(name)
         assert torch.allclose(got.mu, ref.mu, atol=1e-12)
         assert torch.allclose(got.pos, ref.pos, atol=1e-12)
