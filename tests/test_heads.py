@@ -108,7 +108,7 @@ def test_reference_score_values():
     assert t["entropy"].tolist() == pytest.approx([0.5, 0.5, 0.0])
     assert t["static"].isna().all()                                     # one sample
     assert t["mask_ignore"].isna().all()                                # nothing masked
-    assert t["paper_label"].tolist() == ["(1, 1)", "(1, 2)", "(1, 3)"]
+    assert t["paper_label"].tolist() == ["(1,1)", "(1,2)", "(1,3)"]
     assert t["layer"].tolist() == [0, 0, 0] and t["head"].tolist() == [0, 1, 2]
 
 
@@ -261,7 +261,7 @@ def test_analyse_heads_structured_mask_and_layer_subset(tiny_model, task4):
                               generator=torch.Generator().manual_seed(1))
     assert torch.equal(res.observed, obs)
     assert res.table["layer"].unique().tolist() == [1]
-    assert res.table["paper_label"].iloc[0] == "(2, 1)"
+    assert res.table["paper_label"].iloc[0] == "(2,1)"
     assert res.mean_patterns.shape == (1, tiny_model.cfg.n_heads, P, P)
     assert set(res.table["type"]) <= set(heads.HEAD_TYPES)
 
@@ -290,7 +290,7 @@ def test_head_figures_build_from_small_data(tiny_model, task4):
     assert isinstance(grid, go.Figure)
     assert len(grid.data) == L * H + 1                                  # + the mask panel
     titles = [a.text for a in grid.layout.annotations]
-    assert titles[0].startswith("(1, 1)") and titles[L * H - 1].startswith(f"({L}, {H})")
+    assert titles[0].startswith("(1,1)") and titles[L * H - 1].startswith(f"({L},{H})")
     assert grid.data[-1].z.tolist() == masks.as_matrix(obs, N).int().tolist()
     assert torch.allclose(torch.tensor(grid.data[0].z), res.mean_patterns[0, 0].double(), atol=1e-6)
 
@@ -302,6 +302,6 @@ def test_head_figures_build_from_small_data(tiny_model, task4):
     assert ty.data[0].text[0][0] == res.table["type"].iloc[0]
 
     ev = heads.head_score_evolution({0: tiny_model, 5: tiny_model}, task4, n_samples=2)
-    fig = hp.head_score_evolution_figure(ev, "column", heads=["(1, 1)", (1, 0)])
-    assert [t.name for t in fig.data] == ["(1, 1)", "(2, 1)"]
+    fig = hp.head_score_evolution_figure(ev, "column", heads=["(1,1)", (1, 0)])
+    assert [t.name for t in fig.data] == ["(1,1)", "(2,1)"]
     assert list(fig.data[0].x) == [0, 5]

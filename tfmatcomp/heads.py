@@ -74,7 +74,7 @@ Example:
     >>> task = MatrixCompletionTask(n_rows=4, rank=1)
     >>> res = analyse_heads(model, task, n_samples=8, generator=torch.Generator().manual_seed(0))
     >>> res.mean_patterns.shape, res.table["paper_label"].tolist()
-    (torch.Size([2, 2, 16, 16]), ['(1, 1)', '(1, 2)', '(2, 1)', '(2, 2)'])
+    (torch.Size([2, 2, 16, 16]), ['(1,1)', '(1,2)', '(2,1)', '(2,2)'])
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tfmatcomp.interventions.sites import paper_label as _paper_label
 from tfmatcomp.masks import longest_contiguous_columns, masked_rows, positions_to_rows_cols
 
 __all__ = [
@@ -116,13 +117,14 @@ SCORE_COLUMNS = ("row", "column", "identity", "observed_copy", "masked_row",
 
 
 def paper_label(layer: int, head: int) -> str:
-    """The papers' 1-based label of a 0-based ``(layer, head)``.
+    """The papers' 1-based label of one 0-based ``(layer, head)`` (see
+    :func:`tfmatcomp.interventions.sites.paper_label` for groups of heads).
 
     Example:
         >>> paper_label(3, 2)
-        '(4, 3)'
+        '(4,3)'
     """
-    return f"({layer + 1}, {head + 1})"
+    return _paper_label([(layer, head)])
 
 
 # ------------------------------------------------------------------------------ collecting
@@ -566,7 +568,7 @@ def head_score_evolution(
         >>> ev = head_score_evolution({0: HookedEncoder(cfg, seed=1), 10: HookedEncoder(cfg)},
         ...                           MatrixCompletionTask(n_rows=3, rank=1), n_samples=4)
         >>> ev[["step", "paper_label"]].values.tolist()
-        [[0, '(1, 1)'], [0, '(1, 2)'], [10, '(1, 1)'], [10, '(1, 2)']]
+        [[0, '(1,1)'], [0, '(1,2)'], [10, '(1,1)'], [10, '(1,2)']]
     """
     from tfmatcomp.embeddings import load_models
 

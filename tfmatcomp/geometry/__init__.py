@@ -21,7 +21,8 @@ Example:
 """
 
 from tfmatcomp.geometry.fourier import gram_dct, low_frequency_energy
-from tfmatcomp.geometry.grid import GridShares, pos_pca, principal_directions, row_column_r2
+from tfmatcomp.geometry.grid import GridShares, pos_pca, row_column_r2
+from tfmatcomp.geometry.pca import PCAResult, pca
 from tfmatcomp.geometry.qk import (
     COMPONENTS,
     QKComponents,
@@ -59,6 +60,6 @@ __all__ = [
     "gram_dct", "low_frequency_energy",
     "qk_components", "qk_decomposition", "QKComponents", "COMPONENTS", "rotated_wqk",
     "rotated_wqk_head", "RotatedWQK",
-    "row_column_r2", "GridShares", "principal_directions", "pos_pca",
+    "row_column_r2", "GridShares", "pos_pca", "pca", "PCAResult",
     "layer_summary", "summary_table", "model_summary_table", "SUMMARY_COLUMNS",
 ]

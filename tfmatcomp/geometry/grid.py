@@ -28,7 +28,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-__all__ = ["GridShares", "row_column_r2", "principal_directions", "pos_pca"]
+from tfmatcomp.geometry.pca import pca
+
+__all__ = ["GridShares", "row_column_r2", "pos_pca"]
 
 
 @dataclass(frozen=True)
@@ -71,28 +73,6 @@ def row_column_r2(pos: Float[Tensor, "pos d"], n_rows: int, n_cols: int | None =
     return GridShares(row=row, col=col, interaction=1.0 - row - col)
 
 
-def principal_directions(x: Float[Tensor, "n d"], n_components: int = 2
-                         ) -> tuple[Tensor, Tensor, Tensor]:
-    """PCA of the rows of ``x``: ``(mean [d], directions [n_components, d], explained ratio)``.
-
-    Example:
-        >>> import torch
-        >>> mean, dirs, ratio = principal_directions(torch.tensor([[1.0, 0], [-1.0, 0], [0, 0.1]]), 1)
-        >>> dirs.abs().tolist(), round(float(ratio[0]), 3)
-        ([[1.0, 0.0]], 0.997)
-    """
-    if not torch.is_tensor(x) or x.ndim != 2:
-        raise ValueError("x: expected a 2-D tensor [n, d]")
-    if not isinstance(n_components, int) or not 1 <= n_components <= min(x.shape):
-        raise ValueError(f"n_components: must be an integer in [1, {min(x.shape)}], got {n_components!r}")
-    x = x.detach().to(torch.float64)
-    mean = x.mean(0)
-    _, s, vh = torch.linalg.svd(x - mean, full_matrices=False)
-    var = s ** 2
-    ratio = var / var.sum() if float(var.sum()) > 0 else var
-    return mean, vh[:n_components], ratio[:n_components]
-
-
 def pos_pca(
     pos: Float[Tensor, "pos d"],
     n_components: int = 2,
@@ -113,8 +93,8 @@ def pos_pca(
         >>> list(df.columns), df.shape
         (['t', 'row', 'col', 'pc1', 'pc2'], (16, 5))
     """
-    mean, dirs, ratio = principal_directions(pos, n_components)
-    coords = (pos.detach().to(torch.float64) - mean) @ dirs.T
+    result = pca(pos, n_components)
+    coords, ratio = result.scores, result.explained_variance_ratio
     t = torch.arange(start, start + pos.shape[0])
     data: dict[str, object] = {"t": t.numpy()}
     if n_rows is not None:

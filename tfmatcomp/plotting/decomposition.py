@@ -29,7 +29,7 @@ from torch import Tensor
 
 from tfmatcomp.decomposition import Decomposition
 from tfmatcomp.geometry.fourier import gram_dct
-from tfmatcomp.geometry.grid import principal_directions
+from tfmatcomp.geometry.pca import pca
 from tfmatcomp.geometry.qk import COMPONENTS, QKComponents
 from tfmatcomp.geometry.similarity import normalized_gram
 
@@ -88,7 +88,8 @@ def pos_pca_figure(
     for i, (name, dec) in enumerate(items):
         r, c = i // ncols + 1, i % ncols + 1
         pos = dec.pos.detach().cpu().to(torch.float64)
-        mean, dirs, ratio = principal_directions(pos, min(2, *pos.shape))
+        fit = pca(pos, min(2, *pos.shape))
+        mean, dirs, ratio = fit.mean, fit.components, fit.explained_variance_ratio
         if dirs.shape[0] < 2:
             dirs = torch.cat([dirs, torch.zeros(1, pos.shape[1], dtype=dirs.dtype)])
         coords = (pos - mean) @ dirs.T

@@ -1,6 +1,6 @@
 """Figures for attention heads: attention grids, head-score heatmaps, head types, score evolution.
 
-Layers and heads are shown with the papers' 1-based labels (``(2, 1)`` = layer index 1, head 0 in
+Layers and heads are shown with the papers' 1-based labels (``(2,1)`` = layer index 1, head 0 in
 code); every title says so.
 
 Example:
@@ -54,7 +54,7 @@ def attention_grid_figure(
         >>> import torch
         >>> fig = attention_grid_figure(torch.eye(4).expand(1, 2, 4, 4), observed=torch.tensor([1, 0, 1, 1]).bool())
         >>> [a.text for a in fig.layout.annotations][:2]
-        ['(1, 1)', '(1, 2)']
+        ['(1,1)', '(1,2)']
     """
     if isinstance(patterns, HeadAnalysis):
         table = patterns.table if table is None else table
@@ -190,15 +190,15 @@ def head_score_evolution_figure(evolution: pd.DataFrame, score: str = "row", *,
     :func:`~tfmatcomp.heads.head_score_evolution`).
 
     Args:
-        heads: restrict to these heads: paper labels like ``"(2, 1)"`` or 0-based ``(layer, head)``
+        heads: restrict to these heads: paper labels like ``"(2,1)"`` or 0-based ``(layer, head)``
             tuples; all when None.
 
     Example:
         >>> import pandas as pd
         >>> ev = pd.DataFrame({"step": [0, 0, 10, 10], "layer": [0, 0, 0, 0], "head": [0, 1, 0, 1],
-        ...                    "paper_label": ["(1, 1)", "(1, 2)"] * 2, "row": [0.1, 0.2, 0.8, 0.3]})
+        ...                    "paper_label": ["(1,1)", "(1,2)"] * 2, "row": [0.1, 0.2, 0.8, 0.3]})
         >>> [t.name for t in head_score_evolution_figure(ev, "row").data]
-        ['(1, 1)', '(1, 2)']
+        ['(1,1)', '(1,2)']
     """
     if score not in evolution:
         raise ValueError(f"score: {score!r} is not a column of the evolution table")
