@@ -16,21 +16,18 @@ from tfmatcomp.experiments import (activation_patching, attention_ablation, copy
 from tfmatcomp.plotting.experiments import head_scan_heatmap, loss_bars_figure, patching_figure
 
 TASK = tm.TaskConfig(n_rows=4, rank=1, p_mask=0.3)
-SMALL = tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16)
 
 
 @pytest.fixture(scope="session")
-def copying_model() -> tm.HookedEncoder:
-    """The tiny task trained for 300 steps: observed entries copied, masked ones on the plateau."""
-    result = tm.train("tiny", model_cfg=SMALL, task_cfg=TASK, n_steps=300, batch_size=64,
-                      log_every=50, checkpoint_every=0, checkpoint_steps=(), progress=False, seed=0,
-                      device="cpu")
-    return result.model.eval()
+def copying_model(trained_tiny) -> tm.HookedEncoder:
+    """The tiny preset trained for 300 steps (conftest): observed entries copied, masked ones on
+    the plateau."""
+    return trained_tiny.model.eval()
 
 
 @pytest.fixture(scope="session")
-def random_model() -> tm.HookedEncoder:
-    return tm.HookedEncoder(SMALL, seed=1).eval()
+def random_model(trained_tiny) -> tm.HookedEncoder:
+    return tm.HookedEncoder(trained_tiny.model.cfg, seed=1).eval()
 
 
 # ------------------------------------------------------------------- the papers' pre-shift picture
