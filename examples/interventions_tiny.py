@@ -1,18 +1,22 @@
 """Run every experiment of tfmatcomp.experiments on the CPU tiny preset and time each one.
 
-Two ways to get the models:
+Three ways to get the models:
 
-* ``--run RUN_DIR``: a training run of the tiny preset (``tfmatcomp train --preset tiny --out RUN_DIR``);
-  the checkpoint at ``--pre-step`` (default 4000) is the "pre-shift" model and the last one (or
-  ``--post-step``) the "post-shift" model, so the tables get the papers' reference columns.
-* no ``--run``: train the tiny preset briefly here (``--steps``, default ``$TFMATCOMP_EXAMPLE_STEPS``
+* default: the bundled tiny run (``tfmatcomp.pretrained.run_dir("tiny")``, offline, no training):
+  step 4000 is the "pre-shift" model and step 20000 the "post-shift" model, so the tables get the
+  papers' reference columns.
+* ``--run RUN_DIR``: your own training run of the tiny preset (``tfmatcomp train --preset tiny --out
+  RUN_DIR``); the checkpoint at ``--pre-step`` (default 4000) is "pre-shift" and the last one (or
+  ``--post-step``) "post-shift".
+* ``--train``: train the tiny preset briefly here (``--steps``, default ``$TFMATCOMP_EXAMPLE_STEPS``
   or 600) and compare the checkpoint at a fifth of the way ("early") with the final one ("final").
   Both are on the copying plateau, so expect the pre-shift picture twice.
 
 Usage::
 
-    python examples/interventions_tiny.py                       # brief training, ~1 minute on CPU
+    python examples/interventions_tiny.py                       # bundled checkpoints, seconds
     python examples/interventions_tiny.py --run runs/tiny       # a longer run's checkpoints
+    python examples/interventions_tiny.py --train --steps 600   # brief training, ~1 minute on CPU
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from tfmatcomp.experiments import (activation_patching, attention_ablation, copy
 
 
 def load_models(args) -> tuple[dict[str, tm.HookedEncoder], tm.TaskConfig]:
-    if args.run:
+    if not args.train:
+        if args.run is None:
+            args.run = tm.pretrained.run_dir("tiny")
         ckpts = list_checkpoints(args.run)
         if not ckpts:
             raise SystemExit(f"--run: no checkpoints in {args.run}")
@@ -57,15 +63,20 @@ def load_models(args) -> tuple[dict[str, tm.HookedEncoder], tm.TaskConfig]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--run", help="run directory with checkpoints of the tiny preset")
+    parser.add_argument("--run", help="run directory with checkpoints of the tiny preset "
+                                      "(default: the bundled run, tfmatcomp.pretrained.run_dir('tiny'))")
+    parser.add_argument("--train", action="store_true",
+                        help="train the tiny preset briefly here instead of loading checkpoints")
     parser.add_argument("--pre-step", type=int, default=4000)
     parser.add_argument("--post-step", type=int, default=None)
     parser.add_argument("--steps", type=int,
                         default=int(os.environ.get("TFMATCOMP_EXAMPLE_STEPS", "600")),
-                        help="training steps without --run (default: $TFMATCOMP_EXAMPLE_STEPS or 600)")
+                        help="training steps with --train (default: $TFMATCOMP_EXAMPLE_STEPS or 600)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if args.train and args.run:
+        parser.error("--train and --run exclude each other")
     torch.set_num_threads(args.threads)
     pd.set_option("display.width", 200)
     pd.set_option("display.max_columns", 30)
