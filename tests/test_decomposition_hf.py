@@ -70,10 +70,12 @@ def test_local_directory_recipe(tmp_path, monkeypatch):
 
     # --- the recipe in docs/decomposition.md ---
     bert = transformers.BertModel.from_pretrained(model_dir, local_files_only=True).eval()
-    tokenizer = transformers.BertTokenizer(vocab_file=str(vocab_file))
+    # the vocab file is passed positionally: recent transformers ignore the vocab_file= keyword
+    tokenizer = transformers.BertTokenizer(str(vocab_file))
     texts = [l for l in text_file.read_text().splitlines() if l.strip()]
     batches = [tokenizer(texts[i:i + 2], padding=True, truncation=True, max_length=32,
                          return_tensors="pt") for i in range(0, len(texts), 2)]
+    assert all(int((b["input_ids"] == tokenizer.unk_token_id).sum()) == 0 for b in batches)
     acc = accumulate(bert, batches, modules=hf_bert_modules(bert), drop_first=1, progress=False)
     table = summary_table(acc)
     # ---
@@ -112,7 +114,7 @@ def test_transformer_bridge_streams_the_same_statistics(tmp_path, monkeypatch, t
     ours = tm.HookedEncoder.from_hf(hf).eval()  # before booting: the bridge wraps hf's modules
     (tmp_path / "vocab.txt").write_text(
         "\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(1997)]) + "\n")
-    tokenizer = transformers.BertTokenizer(vocab_file=str(tmp_path / "vocab.txt"))
+    tokenizer = transformers.BertTokenizer(str(tmp_path / "vocab.txt"))
     hf.save_pretrained(tmp_path)
     bridge = bridge_mod.TransformerBridge.boot_transformers(str(tmp_path), hf_model=hf,
                                                             tokenizer=tokenizer, device="cpu")
