@@ -186,6 +186,8 @@ def test_griffe_extension_rewrites_docstrings():
              "       still first\n``b``  second\n=====  =====")
     assert rewrite(table).splitlines() == ["| name | what |", "| --- | --- |",
                                            "| ``a`` | first still first |", "| ``b`` | second |"]
+    assert rewrite("    Returns:\n        DataFrame: rows.") == "    Returns:\n        (DataFrame): rows."
+    assert rewrite("    Returns:\n        One row per (a, b): x.").endswith("One row per (a, b): x.")
     hooks = "    Hooks:\n        hook_pre: ``[b]`` before.\n        hook_post: after\n            it.\n"
     assert rewrite(hooks).splitlines() == ["    Hooks:", "        - `hook_pre`: ``[b]`` before.",
                                            "        - `hook_post`: after it."]

@@ -9,6 +9,8 @@ renders, never in the source):
   name with the shared description, so they match the signature.
 * Sphinx roles (``:class:`~tfmatcomp.data.MatrixBatch```, ``:func:`train```) become code spans,
   linked to the API page of the object when griffe can resolve the name and the page renders it.
+* a ``Returns:`` section opening with ``Type: description`` names a type (griffe would read a
+  name).
 * ``Hooks:`` blocks of ``name: description`` lines become bulleted lists.
 * reStructuredText simple tables (``====  ====`` rulers) become Markdown tables.
 * a trailing ``::`` (reST literal-block marker) becomes ``:``.
@@ -28,6 +30,8 @@ _GROUPED = re.compile(r"^(\s+)(\w+(?:\s*,\s*\*{0,2}\w+)+)(\s*\([^)]*\))?:(\s.*)?
 _ROLE = re.compile(r":(?:py:)?(class|func|meth|mod|data|attr|exc|obj|const):`(~?)([^`]+)`")
 _RULER = re.compile(r"^\s*=+(\s+=+)+\s*$")
 _ADMONITION_LIKE = re.compile(r"^\s*[\w][\s\w-]*$")
+_RETURNS = re.compile(r"^(\s*)(Returns|Yields):\s*$")
+_RETURN_TYPE = re.compile(r"^(\s+)([A-Z]\w*|int|float|str|bool|list|dict|tuple)(\[[^\]]*\])?:(\s)")
 _HOOKS = re.compile(r"^(\s*)(Hooks\b.*):\s*$")
 _HOOK_ITEM = re.compile(r"^\s*([^:`]+?):\s+(.*)$")
 
@@ -94,6 +98,15 @@ def _grouped(lines: list[str]) -> list[str]:
                     out.extend(continuation)
                 continue
         out.append(line)
+    return out
+
+
+def _return_types(lines: list[str]) -> list[str]:
+    """``Returns:`` + ``DataFrame: description`` means a type, not a name: ``(DataFrame): ...``."""
+    out = list(lines)
+    for i, line in enumerate(lines[:-1]):
+        if _RETURNS.match(line):
+            out[i + 1] = _RETURN_TYPE.sub(r"\1(\2\3):\4", lines[i + 1], count=1)
     return out
 
 
@@ -201,6 +214,7 @@ def rewrite(text: str, obj: griffe.Object | None = None) -> str:
     lines = [re.sub(r"^(\s*)Example:\s*$", r"\1Examples:", ln) for ln in lines]
     lines = _grouped(lines)
     lines = _hook_lists(lines)
+    lines = _return_types(lines)
     lines = _tables(lines)
     lines = _literal_markers(lines)
     text = "\n".join(lines)
