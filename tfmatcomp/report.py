@@ -252,7 +252,6 @@ def _patching(ctx: RunContext, s: Section) -> None:
 
 def _head_groups(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.experiments import head_group_ablation
-    from tfmatcomp.experiments.reference import PAPER_HEAD_GROUPS  # noqa: F401 (documented groups)
 
     cfg = ctx.post.cfg
     paper_shape = cfg.n_layers >= 4 and cfg.n_heads >= 8
