@@ -111,6 +111,103 @@ def test_rectangular_matches_cvxpy():
     assert _rel(sol_t.matrices, sol_c.matrices).mean() < 1e-3
 
 
+def _path_state(X, free, mu, lam=None, w=None, a=None):
+    """A one-chunk path state for ``X [B, N, N]`` with free entries ``free [B, N*N]``, data weights
+    ``w [B, N*N]`` and targets ``a [B, N, N]`` (Eq. 2; None: Eq. 1)."""
+    from tfmatcomp.baselines import _PathState, _svd
+
+    B, N = X.shape[0], X.shape[-1]
+    m = int(free.sum(1).max())
+    order = torch.argsort((~free).to(torch.int8), dim=1, stable=True)[:, :m]
+    vm = torch.gather(free, 1, order).to(X.dtype)
+    U, S, V = _svd(X)
+    wv = torch.zeros(B, m, dtype=X.dtype) if w is None else torch.gather(w, 1, order) * vm
+    av = torch.zeros(B, m, dtype=X.dtype) if a is None else torch.gather(a.reshape(B, -1), 1, order)
+    ones = torch.ones(B, dtype=torch.bool)
+    return _PathState(10**6, X=X, U=U, S=S, V=V, mu=mu, mu_min=mu,
+                      lam=torch.full((B,), lam or 1.0, dtype=X.dtype), last_full=ones, final=~ones,
+                      index=torch.arange(B), n_free=free.sum(1), row=order // N, col=order % N,
+                      flat=order, vm=vm, wv=wv, av=av)
+
+
+def _smoothed_gradient(X, mu):
+    """Gradient of ``sum_i h_mu(s_i)``: ``U h'(S) V^T``."""
+    U, S, Vh = torch.linalg.svd(X)
+    r = torch.sqrt(S * S + mu[:, None] ** 2)
+    return (U * (S / (mu[:, None] + r))[:, None, :]) @ Vh
+
+
+@pytest.mark.parametrize("rank_deficient,regularized", [(False, False), (True, False), (False, True)])
+def test_newton_directions_match_finite_differences(rank_deficient, regularized):
+    """``H^{-1} g`` and ``H^{-1} dg/dmu`` from the SVD-factor Hessian equal the ones from a
+    central-difference Hessian of the exact gradient (Hessian at ``mu_h``, gradient at ``mu``;
+    with ``lam`` and the data term for Eq. 2)."""
+    from tfmatcomp.baselines import _newton_directions
+
+    g = torch.Generator().manual_seed(7)
+    B, N = 3, 5
+    X = torch.randn(B, N, N, generator=g, dtype=torch.float64)
+    if rank_deficient:   # repeated zero singular values: the divided differences' limits
+        X = X[:, :, :1] @ X[:, :1, :]
+    if regularized:      # every entry free; data term w (x - a)^2 on the observed ones
+        lam = 0.3
+        free = torch.ones(B, N * N, dtype=torch.bool)
+        w = 0.05 * (torch.rand(B, N * N, generator=g) < 0.6).to(torch.float64)
+        A = torch.randn(B, N, N, generator=g, dtype=torch.float64)
+    else:
+        lam, w, A = None, None, None
+        free = torch.rand(B, N * N, generator=g) < 0.5
+    mu = torch.tensor([0.3, 0.05, 0.1], dtype=torch.float64)
+    mu_h = torch.tensor([0.2, 0.05, 0.02], dtype=torch.float64)
+    stt = _path_state(X, free, mu, lam=lam, w=w, a=A)
+    sol, grad, grad_mu, _ = _newton_directions(stt, mu_h)
+    eps, scale = 1e-6, lam or 1.0
+    for b in range(B):
+        pos = stt.flat[b, : int(stt.n_free[b])]
+        m = pos.numel()
+        wv = stt.wv[b, :m]
+
+        def gfree(Y, mu_, b=b, pos=pos, wv=wv):
+            data = 0 if A is None else 2 * wv * (Y.reshape(-1)[pos] - A[b].reshape(-1)[pos])
+            return scale * _smoothed_gradient(Y[None], mu_[b : b + 1])[0].reshape(-1)[pos] + data
+
+        H = torch.zeros(m, m, dtype=torch.float64)
+        for k in range(m):
+            E = torch.zeros(N * N, dtype=torch.float64)
+            E[pos[k]] = eps
+            E = E.reshape(N, N)
+            H[:, k] = (gfree(X[b] + E, mu_h) - gfree(X[b] - E, mu_h)) / (2 * eps)
+        g_exact = gfree(X[b], mu)
+        g_mu = (gfree(X[b], mu + eps) - gfree(X[b], mu - eps)) / (2 * eps)
+        assert torch.allclose(grad[b, :m], g_exact, atol=1e-12)
+        assert torch.allclose(grad_mu[b, :m], g_mu, rtol=1e-5, atol=1e-8)
+        expected = torch.linalg.solve(H, torch.stack((g_exact, g_mu), 1))
+        assert torch.allclose(sol[b, :m], expected, rtol=1e-5, atol=1e-6 * expected.abs().max())
+
+
+def test_chunking_does_not_change_the_solution(batch7):
+    """Chunks only group the Newton systems: one matrix per chunk, the default and one chunk for
+    the whole batch give the same iterates."""
+    b = batch7
+    ref = solve_nuclear_norm_torch(b.values, b.observed, 7, 7)
+    for chunk in (1, 10**6):
+        other = solve_nuclear_norm_torch(b.values, b.observed, 7, 7, chunk_entries=chunk)
+        assert other.n_iter == ref.n_iter
+        assert torch.allclose(other.matrices, ref.matrices, atol=1e-10)
+
+
+def test_svd_helper_factorizes():
+    from tfmatcomp.baselines import _svd
+
+    X = torch.randn(4, 6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    U, S, V = _svd(X)
+    assert U.is_contiguous() and V.is_contiguous()
+    assert torch.allclose((U * S[:, None, :]) @ V.mT, X, atol=1e-12)
+    eye = torch.eye(6, dtype=torch.float64)
+    assert torch.allclose(U.mT @ U, eye.expand(4, 6, 6), atol=1e-12)
+    assert torch.allclose(V.mT @ V, eye.expand(4, 6, 6), atol=1e-12)
+
+
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), scale=st.floats(0.1, 5.0), regularized=st.booleans())
 def test_equivariance(seed, scale, regularized):
@@ -163,6 +260,8 @@ def test_bad_arguments():
         solve_nuclear_norm_torch(v, o.float(), 3, 3)
     with pytest.raises(ValueError, match="lam"):
         solve_nuclear_norm_torch(v, o, 3, 3, lam=-1.0)
+    with pytest.raises(ValueError, match="chunk_entries"):
+        solve_nuclear_norm_torch(v, o, 3, 3, chunk_entries=0)
     with pytest.raises(ValueError, match="solver"):
         solve_nuclear_norm_cvxpy(v, o, 3, 3, solver="NOT_A_SOLVER")
     with pytest.raises(ValueError, match="method"):
