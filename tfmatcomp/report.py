@@ -533,16 +533,21 @@ def build_report(
 
 # ------------------------------------------------------------------------------- CLI
 
-def _report_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="run directory (metrics.jsonl + checkpoints/) or a bundled run name")
+def _output_args(p: argparse.ArgumentParser, device_help: str) -> None:
+    """Arguments shared by ``report`` and ``demo``."""
     p.add_argument("-o", "--out", default="report.html", help="HTML file to write")
-    p.add_argument("--pre-step", type=int, help="pre-shift checkpoint step")
-    p.add_argument("--post-step", type=int, help="post-shift checkpoint step")
     p.add_argument("--samples", type=int, default=256, help="matrices per experiment (256)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sections", help=f"comma-separated subset of: {','.join(SECTIONS)}")
-    p.add_argument("--device", help="cpu or cuda (default: cpu)")
+    p.add_argument("--device", help=device_help)
     p.add_argument("--no-progress", action="store_true")
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run directory (metrics.jsonl + checkpoints/) or a bundled run name")
+    p.add_argument("--pre-step", type=int, help="pre-shift checkpoint step")
+    p.add_argument("--post-step", type=int, help="post-shift checkpoint step")
+    _output_args(p, "cpu or cuda (default: cpu)")
 
 
 def _write_report(args: argparse.Namespace, run: str | os.PathLike) -> int:
@@ -568,13 +573,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bundled", action="store_true",
                    help="use the run bundled in the package instead of training (seconds, not minutes)")
     p.add_argument("--out-dir", default="runs/tiny-demo", help="where to train (default runs/tiny-demo)")
-    p.add_argument("-o", "--out", default="report.html", help="HTML file to write")
     p.add_argument("--steps", type=int, help="training steps (default: the tiny preset's)")
-    p.add_argument("--samples", type=int, default=256, help="matrices per experiment (256)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--sections", help=f"comma-separated subset of: {','.join(SECTIONS)}")
-    p.add_argument("--device", help="training device (default: CUDA when present)")
-    p.add_argument("--no-progress", action="store_true")
+    _output_args(p, "training device (default: CUDA when present)")
 
 
 @command("demo", _demo_args)
