@@ -35,6 +35,7 @@ def test_example_runs(script: Path, tmp_path: Path):
     env.setdefault("TFMATCOMP_EXAMPLE_STEPS", "30")
     env.setdefault("OMP_NUM_THREADS", "1")        # tests run in parallel workers
     env.setdefault("MPLBACKEND", "Agg")
+    env.setdefault("TFMATCOMP_EXAMPLE_OUT", str(tmp_path))  # figures / files stay in the test dir
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
