@@ -1,4 +1,4 @@
-"""Training dynamics: the sudden drop in the loss, and component-wise training (seed 002 Sec. 4).
+"""The sudden drop in the loss curve (seed 002 Sec. 4).
 
 **Drop detection.** :func:`detect_drop` fits, in log space, a plateau-then-drop curve to a loss log
 
@@ -23,15 +23,6 @@ deviation of the fit's residuals). So a flat noisy curve, a smooth exponential o
 and a curve that falls from its first step (no plateau) all report ``has_drop=False`` with a
 ``reason``.
 
-**Component-wise training.** :func:`train_component` takes a trained model (or checkpoint),
-re-initializes one component group with the model's own initialization (a fresh
-:class:`~tfmatcomp.HookedEncoder` built from an explicit seed / generator, whose parameters in the
-group are copied over), freezes everything else and trains the group with
-:func:`tfmatcomp.train`, which logs the usual metrics. The groups (:data:`COMPONENT_GROUPS`) follow
-HuggingFace BERT's modules: ``attention`` (Q, K, V, O and the LayerNorm after attention),
-``mlp`` (both MLP layers and the LayerNorm after them), ``token_embed`` (``W_E``), ``pos_embed``
-(``W_pos``), plus ``embed`` (all embedding parameters including their LayerNorm) and ``all``.
-
 Example:
     >>> import numpy as np
     >>> t = np.arange(0, 20_000, 50.0)
@@ -45,23 +36,14 @@ from __future__ import annotations
 
 import math
 import os
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from tfmatcomp.model import HookedEncoder
-
-__all__ = [
-    "DropResult", "detect_drop", "COMPONENT_GROUPS", "PAPER_COMPONENTS", "component_predicate",
-    "component_parameter_names", "reinitialize_component", "train_component", "component_training",
-    "summarize_drops",
-]
+__all__ = ["DropResult", "detect_drop", "summarize_drops"]
 
 _LN9 = math.log(9.0)
 
@@ -301,192 +283,3 @@ def summarize_drops(metrics: pd.DataFrame, columns: Sequence[str] = ("eval_L_mas
             row.update(detect_drop(df, column=c, **options).as_dict())
             rows.append(row)
     return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------------- component-wise training
-_BLOCK = r"blocks\.\d+\."
-
-#: Parameter-name predicates of the component groups (names as in ``model.named_parameters()``).
-COMPONENT_GROUPS: dict[str, Callable[[str], bool]] = {
-    "attention": lambda n: re.match(_BLOCK + r"(attn|ln1)\.", n) is not None,
-    "mlp": lambda n: re.match(_BLOCK + r"(mlp|ln2)\.", n) is not None,
-    "token_embed": lambda n: n == "embed.W_E",
-    "pos_embed": lambda n: n == "embed.W_pos",
-    "embed": lambda n: n.startswith("embed."),
-    "all": lambda n: True,
-}
-#: The four groups of seed 002, Fig. 8.
-PAPER_COMPONENTS: tuple[str, ...] = ("attention", "mlp", "token_embed", "pos_embed")
-
-
-def component_predicate(group: str | Sequence[str]) -> Callable[[str], bool]:
-    """A predicate on parameter names selecting one group or the union of several.
-
-    Example:
-        >>> pred = component_predicate("attention")
-        >>> pred("blocks.0.attn.W_Q"), pred("blocks.0.ln1.w"), pred("blocks.0.mlp.W_in")
-        (True, True, False)
-    """
-    names = [group] if isinstance(group, str) else list(group)
-    unknown = [g for g in names if g not in COMPONENT_GROUPS]
-    if unknown or not names:
-        raise ValueError(f"group: unknown component group(s) {unknown or names}; choose from "
-                         f"{sorted(COMPONENT_GROUPS)}")
-    preds = [COMPONENT_GROUPS[g] for g in names]
-    return lambda name: any(p(name) for p in preds)
-
-
-def component_parameter_names(model: HookedEncoder, group: str | Sequence[str]) -> list[str]:
-    """Names of ``model``'s parameters in ``group``.
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
-        >>> component_parameter_names(m, "pos_embed")
-        ['embed.W_pos']
-    """
-    pred = component_predicate(group)
-    return [n for n, _ in model.named_parameters() if pred(n)]
-
-
-@torch.no_grad()
-def reinitialize_component(
-    model: HookedEncoder,
-    group: str | Sequence[str],
-    seed: int | torch.Generator = 0,
-) -> HookedEncoder:
-    """A copy of ``model`` whose ``group`` parameters are freshly initialized.
-
-    The fresh values come from the model's own initialization: a new ``HookedEncoder(model.cfg)``
-    initialized from ``seed`` (an int, or an explicit CPU ``torch.Generator`` passed to
-    ``init_weights``), whose parameters in the group are copied over. Every other parameter is
-    copied bit for bit. ``model`` itself is not modified.
-
-    Example:
-        >>> import torch, tfmatcomp as tm
-        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4), seed=0)
-        >>> r = reinitialize_component(m, "mlp", seed=1)
-        >>> torch.equal(r.embed.W_E, m.embed.W_E), torch.equal(r.blocks[0].mlp.W_in, m.blocks[0].mlp.W_in)
-        (True, False)
-    """
-    if not isinstance(model, HookedEncoder):
-        raise ValueError(f"model: expected a HookedEncoder, got {type(model).__name__}")
-    names = set(component_parameter_names(model, group))
-    if not names:
-        raise ValueError(f"group: {group!r} selects no parameter of this model")
-    if isinstance(seed, torch.Generator):
-        fresh = HookedEncoder(model.cfg, seed=0)
-        fresh.init_weights(seed)
-    elif isinstance(seed, int) and not isinstance(seed, bool):
-        fresh = HookedEncoder(model.cfg, seed=seed)
-    else:
-        raise ValueError(f"seed: expected an int or a torch.Generator, got {type(seed).__name__}")
-    out = HookedEncoder(model.cfg, seed=0).to(device=model.device, dtype=model.dtype)
-    fresh_params = dict(fresh.named_parameters())
-    for name, p in out.named_parameters():
-        src = fresh_params[name] if name in names else model.get_parameter(name)
-        p.copy_(src.to(device=p.device, dtype=p.dtype))
-    out.train(model.training)
-    return out
-
-
-def _load_source(source, task_cfg, train_cfg):
-    if isinstance(source, HookedEncoder):
-        return source, task_cfg, train_cfg
-    if isinstance(source, (str, os.PathLike)):
-        from tfmatcomp.checkpoint import load_checkpoint_info
-
-        model, info = load_checkpoint_info(source)
-        return model, task_cfg or info.task_cfg, train_cfg or info.train_cfg
-    raise ValueError(f"source: expected a HookedEncoder or a checkpoint path, got {type(source).__name__}")
-
-
-def train_component(
-    source: HookedEncoder | str | os.PathLike,
-    group: str | Sequence[str],
-    *,
-    reinit_seed: int | torch.Generator = 0,
-    task_cfg=None,
-    train_cfg=None,
-    preset: str = "tiny",
-    out_dir: str | os.PathLike | None = None,
-    device: torch.device | str | None = None,
-    progress: bool = False,
-    **train_overrides: Any,
-):
-    """Re-initialize ``group`` of a trained model, freeze the rest, and train the group.
-
-    Args:
-        source: the trained model or a checkpoint path (its task and training configs are then
-            the defaults). The source model is not modified.
-        group: a component group (see :data:`COMPONENT_GROUPS`) or several.
-        reinit_seed: seed (or CPU generator) of the fresh initialization of the group.
-        task_cfg, train_cfg: override the checkpoint's configs (required for a model without a
-            checkpoint unless ``preset`` has the right ones).
-        preset: fallback preset for configs the source does not give.
-        out_dir: run directory for the metrics log (``metrics.jsonl``) and checkpoints.
-        train_overrides: TrainConfig fields, e.g. ``n_steps=2000, log_every=20, seed=0``.
-
-    Returns:
-        The :class:`tfmatcomp.training.TrainResult` of :func:`tfmatcomp.train` (``.metrics`` has
-        the usual columns; ``.model`` the trained model).
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
-        >>> r = train_component(m, "pos_embed", task_cfg=tm.TaskConfig(n_rows=4, rank=1),
-        ...                     n_steps=4, batch_size=8, log_every=2, device="cpu")
-        >>> list(r.metrics["step"])
-        [2, 4]
-    """
-    from tfmatcomp.training import train
-
-    model, task_cfg, train_cfg = _load_source(source, task_cfg, train_cfg)
-    model = reinitialize_component(model, group, reinit_seed)
-    return train(preset, model=model, trainable=component_predicate(group), task_cfg=task_cfg,
-                 train_cfg=train_cfg, out_dir=out_dir, device=device, progress=progress,
-                 **train_overrides)
-
-
-def component_training(
-    source: HookedEncoder | str | os.PathLike,
-    groups: Sequence[str] = PAPER_COMPONENTS,
-    *,
-    include_all: bool = True,
-    reinit_seed: int = 0,
-    out_dir: str | os.PathLike | None = None,
-    **options: Any,
-) -> pd.DataFrame:
-    """Seed 002 Fig. 8: train each group alone (others frozen at their trained values).
-
-    Each group gets the same ``reinit_seed`` and the same training seed (``seed=`` in ``options``),
-    so runs differ only in what is trainable. With ``include_all`` a run that re-initializes and
-    trains every parameter (the paper's "All components", i.e. normal training) is added.
-
-    Args:
-        source, options: as :func:`train_component` (``n_steps=``, ``log_every=``, ...).
-        out_dir: if given, each run logs to ``out_dir/<group>/``.
-
-    Returns:
-        The concatenated metrics logs with a ``component`` column.
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
-        >>> df = component_training(m, ["mlp"], task_cfg=tm.TaskConfig(n_rows=4, rank=1),
-        ...                         n_steps=2, batch_size=4, log_every=1, device="cpu")
-        >>> sorted(set(df["component"]))
-        ['all', 'mlp']
-    """
-    model, task_cfg, train_cfg = _load_source(source, options.pop("task_cfg", None),
-                                              options.pop("train_cfg", None))
-    names = list(groups) + (["all"] if include_all and "all" not in groups else [])
-    frames = []
-    for g in names:
-        run_dir = Path(out_dir) / g if out_dir is not None else None
-        res = train_component(model, g, reinit_seed=reinit_seed, task_cfg=task_cfg,
-                              train_cfg=train_cfg, out_dir=run_dir, **options)
-        df = res.metrics.copy()
-        df.insert(0, "component", g)
-        frames.append(df)
-    return pd.concat(frames, ignore_index=True)
