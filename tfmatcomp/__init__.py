@@ -18,6 +18,7 @@ from tfmatcomp.tokenizer import MASK_TOKEN_ID, ValueTokenizer
 from tfmatcomp.checkpoint import (CheckpointError, ConfigMismatchError, list_checkpoints,
                                   load_checkpoint, save_checkpoint)
 from tfmatcomp.training import Trainer, TrainResult, read_metrics, train
+from tfmatcomp.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
 from tfmatcomp.pretrained import load_pretrained
 
 __version__ = "0.1.0"
@@ -27,7 +28,8 @@ __all__ = [
     "MatrixBatch", "MatrixCompletionTask", "ValueTokenizer", "MASK_TOKEN_ID",
     "HookedEncoder", "UnknownHookError", "losses", "masked_mse", "L_mask_prime",
     "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
-    "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "load_pretrained",
+    "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "train_many",
+    "MultiSeedTrainer", "MultiSeedResult", "load_pretrained",
 ]
 
 # Analysis modules load on first use (``tfmatcomp.experiments`` ...), so ``import tfmatcomp`` stays

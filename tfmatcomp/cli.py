@@ -33,6 +33,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints/)")
     p.add_argument("--steps", type=int, help="total optimizer steps (default: the preset's)")
     p.add_argument("--seed", type=int, help="seed for initialization and data (default: 0)")
+    p.add_argument("--seeds", help="train several seeds at once as one batched program, e.g. 0-7 "
+                   "or 0,3,5; seed s writes OUT/seed-s (an ordinary run directory)")
     p.add_argument("--lr", type=float, help="constant Adam learning rate")
     p.add_argument("--batch-size", type=int, help="training batch size")
     p.add_argument("--log-every", type=int, help="steps between metrics-log lines")
@@ -52,6 +54,20 @@ def _train(args: argparse.Namespace) -> int:
         "n_steps": args.steps, "seed": args.seed, "lr": args.lr, "batch_size": args.batch_size,
         "log_every": args.log_every, "checkpoint_every": args.checkpoint_every,
         "checkpoint_steps": args.checkpoint_steps}.items() if v is not None}
+    if args.seeds is not None:
+        if args.seed is not None:
+            raise ValueError("--seed and --seeds: give one of them")
+        from tfmatcomp.multiseed import train_many
+
+        runs = train_many(args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,
+                          resume=args.resume, progress=not args.no_progress, **overrides)
+        for seed, result in runs:
+            if len(result.metrics):
+                last = result.metrics.iloc[-1]
+                print(f"seed {seed}, step {result.step}: eval L_obs {last['eval_L_obs']:.3g}, "
+                      f"eval L_mask {last['eval_L_mask']:.3g}")
+        print(f"runs written to {args.out}/seed-*")
+        return 0
     result = train(args.preset, out_dir=args.out, device=args.device, resume=args.resume,
                    progress=not args.no_progress, **overrides)
     last = result.metrics.iloc[-1] if len(result.metrics) else None

@@ -127,6 +127,11 @@ class HookedEncoder(HookedRootModule):
                 block's output ``[batch, pos, d_model]``) or None.
         """
         self.check_tokens(tokens)
+        return self._run(tokens, token_type_ids, attention_mask, return_type)
+
+    def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):
+        """The forward pass without the token-value checks (which read tensor values and so cannot
+        run under ``torch.func.vmap``); callers validate first, as :meth:`forward` does."""
         additive_mask = None
         if attention_mask is not None:
             if attention_mask.shape != tokens.shape:

@@ -154,18 +154,24 @@ class Trainer:
         self.step = int(state["step"])
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
 
-    def save(self) -> Path:
-        """Write a checkpoint for the current step (with training state); older checkpoints keep
-        their weights but drop their training state, so disk use stays bounded."""
+    def save(self, strip_older: bool = True) -> Path:
+        """Write a checkpoint for the current step (with training state). Older checkpoints keep
+        their weights but drop their training state (now, or later through
+        :meth:`strip_older_states` when ``strip_older=False``), so disk use stays bounded."""
         if self.out_dir is None:
             raise ValueError("out_dir: the trainer has no run directory to save into")
         path = self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
         save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=self.train_cfg,
                         step=self.step, training_state=self.training_state())
+        if strip_older:
+            self.strip_older_states()
+        return path
+
+    def strip_older_states(self) -> None:
+        """Drop the training state of every checkpoint but the current step's."""
         for step, p in list_checkpoints(self.out_dir).items():
             if step != self.step and (p / "state.json").exists():
                 _strip_state(p)
-        return path
 
     def resume(self) -> bool:
         """Continue from the latest checkpoint holding training state; False if there is none.
@@ -198,7 +204,34 @@ class Trainer:
         return True
 
     # ------------------------------------------------------------- loop
-    def _checkpoint_due(self, step: int) -> bool:
+    def open_log(self):
+        """Create the run directory, write ``run.json`` and open the metrics log for appending
+        (None without a run directory)."""
+        if self.out_dir is None:
+            return None
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "run.json").write_text(json.dumps(
+            {"model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
+             "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
+             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+             "device": str(self.device)}, indent=2, sort_keys=True))
+        return open(self.out_dir / METRICS_FILE, "a")
+
+    def log(self, train: dict[str, Any], evaluation: dict[str, float], log_file=None) -> dict[str, Any]:
+        """Append one metrics record for the current step (``train_*`` from the update's forward
+        pass, ``eval_*`` from :meth:`evaluate`) and write it to ``log_file``."""
+        record: dict[str, Any] = {"step": self.step}
+        record.update({f"train_{k}": float(v) for k, v in train.items()})
+        record.update({f"eval_{k}": float(v) for k, v in evaluation.items()})
+        record["elapsed_s"] = round(self.elapsed_s, 3)
+        self.records.append(record)
+        if log_file is not None:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        return record
+
+    def checkpoint_due(self, step: int) -> bool:
+        """True when the schedule asks for a checkpoint at ``step``."""
         cfg = self.train_cfg
         return (step in cfg.checkpoint_steps or step == cfg.n_steps
                 or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0))
@@ -218,13 +251,7 @@ class Trainer:
         """Train until step ``n_steps`` (default: the config's), logging and checkpointing."""
         n_steps = self.train_cfg.n_steps if n_steps is None else n_steps
         cfg = self.train_cfg
-        log_file = None
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / "run.json").write_text(json.dumps(
-                {"model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
-                 "train": cfg.to_dict()}, indent=2, sort_keys=True))
-            log_file = open(self.out_dir / METRICS_FILE, "a")
+        log_file = self.open_log()
         bar = tqdm(total=n_steps, initial=self.step, disable=not self.progress, desc="train",
                    dynamic_ncols=True)
         self.model.train()
@@ -246,18 +273,11 @@ class Trainer:
                 if self.step % cfg.log_every == 0 or self.step == n_steps:
                     with torch.no_grad():
                         train = losses(predictions.detach(), batch)
-                    record = {"step": self.step}
-                    record.update({f"train_{k}": v.item() for k, v in train.items()})
-                    record.update({f"eval_{k}": v for k, v in self.evaluate().items()})
                     self.elapsed_s = time.perf_counter() - t0
-                    record["elapsed_s"] = round(self.elapsed_s, 3)
-                    self.records.append(record)
-                    if log_file is not None:
-                        log_file.write(json.dumps(record) + "\n")
-                        log_file.flush()
+                    record = self.log(train, self.evaluate(), log_file)
                     bar.set_postfix(L_obs=f"{record['train_L_obs']:.2e}",
                                     L_mask=f"{record['train_L_mask']:.3f}")
-                if self.out_dir is not None and self._checkpoint_due(self.step):
+                if self.out_dir is not None and self.checkpoint_due(self.step):
                     self.elapsed_s = time.perf_counter() - t0
                     self.save()
         finally:
@@ -281,6 +301,7 @@ def train(
     progress: bool = True,
     model: HookedEncoder | None = None,
     trainable: Callable[[str], bool] | None = None,
+    seeds: Any = None,
     **train_overrides: Any,
 ) -> TrainResult:
     """Train a :class:`HookedEncoder` on matrix completion (see :class:`Trainer` for arguments).
@@ -288,12 +309,24 @@ def train(
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
     one and reproduces the uninterrupted run exactly (same seed -> same losses).
 
+    With ``seeds=[...]`` (or ``"0-7"``) the seeds train at once as one batched program and a
+    :class:`~tfmatcomp.multiseed.MultiSeedResult` is returned: see :func:`tfmatcomp.train_many`.
+
     Example:
         >>> import tfmatcomp as tm
         >>> r = tm.train("tiny", n_steps=10, batch_size=8, log_every=5, progress=False)
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
+    if seeds is not None:
+        if model is not None or trainable is not None:
+            raise ValueError("seeds: multi-seed training starts from fresh models of every seed; "
+                             "model= and trainable= are for single runs")
+        from tfmatcomp.multiseed import train_many
+
+        return train_many(preset, seeds=seeds, model_cfg=model_cfg, task_cfg=task_cfg,
+                          train_cfg=train_cfg, out_dir=out_dir, device=device, resume=resume,
+                          progress=progress, **train_overrides)
     trainer = Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
                       out_dir=out_dir, device=device, model=model, trainable=trainable,
                       progress=progress, **train_overrides)

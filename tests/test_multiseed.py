@@ -1,0 +1,102 @@
+"""Many seeds at once: each seed is its single-seed run (up to float rounding), resumes exactly,
+and writes ordinary run directories."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import tfmatcomp as tm
+from tfmatcomp.cli import main as cli_main
+from tfmatcomp.multiseed import MultiSeedTrainer, parse_seeds, seed_dir
+
+SMALL = dict(model_cfg=tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
+             batch_size=16, eval_batch_size=32, log_every=20, device="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def two_seeds():
+    return tm.train_many("tiny", seeds=[0, 3], n_steps=200, checkpoint_every=0, **SMALL)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_each_seed_follows_its_single_seed_run(two_seeds, seed):
+    single = tm.train("tiny", seed=seed, n_steps=200, checkpoint_every=0, **SMALL)
+    batched = two_seeds[seed]
+    assert list(batched.metrics["step"]) == list(single.metrics["step"])
+    for col in ("train_L", "eval_L_obs", "eval_L_mask"):
+        np.testing.assert_allclose(batched.metrics[col], single.metrics[col], rtol=1e-3, atol=1e-6)
+    ours = dict(batched.model.named_parameters())
+    for name, p in single.model.named_parameters():
+        torch.testing.assert_close(ours[name], p, rtol=1e-3, atol=1e-4, msg=name)
+
+
+def test_seeds_differ_and_mask_embedding_stays_zero(two_seeds):
+    a, b = two_seeds[0].model, two_seeds[3].model
+    assert not torch.equal(a.W_pos, b.W_pos)
+    for _, result in two_seeds:
+        assert torch.count_nonzero(result.model.W_E[tm.MASK_TOKEN_ID]) == 0
+
+
+def test_resume_reproduces_the_uninterrupted_batched_run(tmp_path):
+    kw = dict(SMALL, checkpoint_every=20)
+    full = tm.train_many("tiny", seeds="1-2", n_steps=60, out_dir=tmp_path / "full", **kw)
+    tm.train_many("tiny", seeds="1-2", n_steps=40, out_dir=tmp_path / "part", **kw)
+    resumed = tm.train_many("tiny", seeds="1-2", n_steps=60, out_dir=tmp_path / "part",
+                            resume=True, **kw)
+    for seed in (1, 2):
+        assert resumed[seed].metrics.drop(columns="elapsed_s").equals(
+            full[seed].metrics.drop(columns="elapsed_s"))
+        log = tm.read_metrics(seed_dir(tmp_path / "part", seed))
+        assert list(log["step"]) == [20, 40, 60]
+
+
+def test_seed_directories_are_ordinary_runs(tmp_path):
+    out = tmp_path / "group"
+    tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=out, checkpoint_every=20, **SMALL)
+    assert json.loads((out / "seeds.json").read_text())["seeds"] == [0, 1]
+    run = json.loads((seed_dir(out, 1) / "run.json").read_text())
+    assert run["seed"] == 1 and run["torch"] == torch.__version__ and run["torch_threads"] >= 1
+    model = tm.load_checkpoint(seed_dir(out, 1))
+    assert isinstance(model, tm.HookedEncoder)
+    # A single-seed trainer resumes a seed of the group, its Adam state included.
+    cont = tm.train("tiny", seed=1, n_steps=60, out_dir=seed_dir(out, 1), resume=True,
+                    checkpoint_every=20, **SMALL)
+    ref = tm.train("tiny", seed=1, n_steps=60, checkpoint_every=0, **SMALL)
+    np.testing.assert_allclose(cont.metrics["eval_L"], ref.metrics["eval_L"], rtol=1e-3)
+
+
+def test_resume_refuses_a_group_with_a_seed_missing(tmp_path):
+    out = tmp_path / "group"
+    tm.train_many("tiny", seeds=[0], n_steps=20, out_dir=out, checkpoint_every=20, **SMALL)
+    with pytest.raises(ValueError, match=r"seeds: \[1\]"):
+        tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=out, resume=True,
+                      checkpoint_every=20, **SMALL)
+
+
+def test_parse_seeds_and_bad_input():
+    assert parse_seeds("0-2,5") == [0, 1, 2, 5]
+    for bad in ("", "3-1", "a", "1,1", [-1]):
+        with pytest.raises(ValueError, match="seeds"):
+            parse_seeds(bad)
+    with pytest.raises(ValueError, match="seed"):
+        MultiSeedTrainer("tiny", seeds=[0], seed=1)
+    trainer = MultiSeedTrainer("tiny", seeds=[0, 1], **{k: v for k, v in SMALL.items()
+                                                         if k != "progress"})
+    with pytest.raises(ValueError, match="tokens"):
+        trainer.forward(torch.zeros(3, 2, 16, dtype=torch.long))
+    with pytest.raises(ValueError, match="token ids"):
+        trainer.forward(torch.full((2, 2, 16), 5000, dtype=torch.long))
+
+
+def test_cli_trains_several_seeds(tmp_path, capsys):
+    code = cli_main(["train", "--preset", "tiny", "--seeds", "0-1", "--steps", "10",
+                     "--batch-size", "8", "--log-every", "5", "--out", str(tmp_path / "g"),
+                     "--no-progress"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "seed 0, step 10" in out and "seed 1, step 10" in out
+    assert tm.read_metrics(tmp_path / "g" / "seed-1")["step"].tolist() == [5, 10]
