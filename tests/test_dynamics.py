@@ -170,3 +170,33 @@ def test_component_training_table(trained_checkpoint):
                             n_steps=2, batch_size=4, eval_batch_size=4, log_every=1, device="cpu")
     assert list(df["component"]) == ["mlp", "mlp", "token_embed", "token_embed", "all", "all"]
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())  # source untouched
+
+
+def test_a_fall_in_two_stages_is_one_drop():
+    """The shape a fresh 2-thread run of the old tiny preset showed: it leaves the plateau at
+    ~11,500, falls part way, rests on a shelf, then falls again to ~0.03 by 18,000."""
+    rng = np.random.default_rng(0)
+    t = np.arange(0, 20_000, 50.0)
+    y = (np.log10(0.11) - 0.3 * expit((t - 12_000) / 150) - 0.27 * expit((t - 16_500) / 200))
+    r = detect_drop(t, 10 ** y * np.exp(rng.normal(0, 0.05, t.size)))
+    assert r.has_drop, r.reason
+    assert 11_000 < r.drop_start < 12_000 and 16_500 < r.drop_end < 17_500
+    assert r.plateau_level == pytest.approx(0.11, rel=0.05)
+    assert r.final_level == pytest.approx(0.11 / 10 ** 0.57, rel=0.1)
+    assert r.drop_factor == pytest.approx(10 ** 0.57, rel=0.1)
+
+
+def test_slow_decline_after_a_plateau_is_gradual():
+    """A plateau, then a decline that takes longer than the plateau did (the d_model 32 run)."""
+    rng = np.random.default_rng(2)
+    t = np.arange(0, 20_000, 50.0)
+    y = np.log10(0.11) - 0.6 * np.clip((t - 6_000) / 14_000, 0, 1)
+    r = detect_drop(t, 10 ** y * np.exp(rng.normal(0, 0.03, t.size)))
+    assert not r.has_drop and "gradual" in r.reason
+
+
+def test_bundled_run_has_its_drop():
+    r = detect_drop(tm.read_metrics(tm.pretrained.run_dir("tiny")))
+    assert r.has_drop, r.reason
+    assert r.plateau_level > 2 * r.final_level
+    assert r.drop_start < r.drop_step < r.drop_end

@@ -1,27 +1,36 @@
 """The sudden drop in the loss curve (seed 002 Sec. 4).
 
-**Drop detection.** :func:`detect_drop` fits, in log space, a plateau-then-drop curve to a loss log
+**Drop detection.** :func:`detect_drop` works on ``log10 L`` (multiplicative noise becomes additive)
+after a running median (isolated spikes removed), in three steps:
 
-    log10 L(t) ~ f + (p - f) * sigmoid((t0 - t) / s)
+1. *Fit.* A plateau-then-drop curve ``log10 L(t) ~ f + (p - f) * sigmoid((t0 - t) / s)`` by least
+   squares (a grid over ``t0`` and ``s`` with the two levels in closed form, then a robust soft-L1
+   polish). It gives the drop step ``t0`` and the noise level (the robust standard deviation of
+   the residuals).
+2. *Extent.* The **onset** (``drop_start``: where the loss leaves the plateau) is the last step
+   at which the smoothed curve still lies within 10% of the fitted log-fall of the plateau before
+   it first comes within 10% of the final level; the **end** (``drop_end``) is that first step.
+   Where these agree with the fit's 10% / 90% points ``t0 -+ s ln 9`` to within one logging
+   interval, the fit's (sub-grid) values are kept. So a fall in two stages (a first fall, a shelf,
+   a second fall) is one drop from the onset of the first stage to the end of the second, not a
+   "gradual" decline.
+3. *Levels.* The **plateau level** is the median loss between the first point and the onset, the
+   **final level** the median of the last 10% of the points (at least 3), and the **fall
+   factor** their ratio.
 
-(``p``: plateau level, ``f``: final level, ``t0``: drop step, ``s``: width scale) by least squares:
-a grid search over ``t0`` and ``s`` with the two levels solved in closed form, then a robust
-(soft-L1) refinement of all four parameters. Because the model is fitted to ``log10 L``,
-multiplicative noise becomes additive and the fit uses every point rather than a noisy derivative.
-Definitions (all reported in :class:`DropResult`):
+A curve "has a drop" only if all of these hold (each failure is named in ``reason``):
 
-* drop step: ``t0``, where the log-loss is half way between plateau and final level (the geometric
-  mean of the two losses);
-* drop start / end: where 10% / 90% of the log-drop is done, ``t0 -+ s ln 9``; width = end - start;
-* plateau level ``10**p`` and final level ``10**f`` (loss units).
+* the fall factor is at least ``min_drop_factor`` (default 2);
+* the fall is at least 5 times the noise level (in decades);
+* there is a plateau: the onset comes at least ``min_plateau_fraction`` (default 5%) of the logged
+  span after the first point;
+* the fall is sudden: it takes at most ``max_width_ratio`` (default 1) times as long as the plateau
+  before it, and at most ``max_width_fraction`` (default 50%) of the logged span;
+* the drop step lies inside the log.
 
-A curve "has a drop" only if all of: the loss falls by at least ``min_drop_factor`` (default 2x);
-the drop is sudden, its width at most ``max_width_fraction`` (default 25%) of the logged span; it
-starts after a plateau of at least ``min_plateau_fraction`` (default 5%) of the span; the drop step
-lies inside the log; and the fitted drop is at least 5 times the noise level (the robust standard
-deviation of the fit's residuals). So a flat noisy curve, a smooth exponential or power-law decay,
-and a curve that falls from its first step (no plateau) all report ``has_drop=False`` with a
-``reason``.
+So a flat noisy curve, a smooth exponential or power-law decay and a curve that falls from its
+first step report ``has_drop=False``; the papers' shape (a long plateau, then a fall in a fraction
+of that time, in one or several stages) reports ``True``.
 
 Example:
     >>> import numpy as np
@@ -71,9 +80,13 @@ class DropResult:
     params: dict[str, float] = field(default_factory=dict, repr=False)
 
     def curve(self, steps: Sequence[float] | np.ndarray) -> np.ndarray:
-        """The fitted plateau-drop curve (loss units) at ``steps``."""
+        """The detected shape (loss units) at ``steps``: the plateau level until the onset, a straight
+        line in log space to the final level at the end, then the final level."""
         p = self.params
         t = np.asarray(steps, dtype=float)
+        if "start" in p and p["end"] > p["start"]:
+            frac = np.clip((t - p["start"]) / (p["end"] - p["start"]), 0.0, 1.0)
+            return 10 ** (p["p"] + (p["f"] - p["p"]) * frac)
         return 10 ** (p["f"] + (p["p"] - p["f"]) * _sigmoid((p["t0"] - t) / p["s"]))
 
     def as_dict(self) -> dict[str, Any]:
@@ -148,7 +161,8 @@ def detect_drop(
     step_column: str = "step",
     start_step: float | None = None,
     min_drop_factor: float = 2.0,
-    max_width_fraction: float = 0.25,
+    max_width_fraction: float = 0.5,
+    max_width_ratio: float = 1.0,
     min_plateau_fraction: float = 0.05,
     median_window: int = 5,
 ) -> DropResult:
@@ -162,8 +176,10 @@ def detect_drop(
         column: which loss to analyse (``eval_L_mask``, ``train_L_mask``, ``train_L``, ...).
         start_step: ignore points before this step (e.g. an initial transient before the plateau).
         min_drop_factor: smallest plateau / final ratio that counts as a drop (> 1).
-        max_width_fraction: largest 10%-90% width, as a fraction of the logged span, that counts as
-            sudden.
+        max_width_fraction: largest onset-to-end width, as a fraction of the logged span, that
+            counts as sudden.
+        max_width_ratio: largest onset-to-end width, as a multiple of the plateau's length (onset
+            minus first step), that counts as sudden.
         min_plateau_fraction: the drop must start at least this fraction of the span after the
             first point (there is a plateau before it).
         median_window: points in the running median applied to the log-loss before fitting
@@ -186,6 +202,8 @@ def detect_drop(
                     ("min_plateau_fraction", min_plateau_fraction)):
         if not 0 <= v <= 1:
             raise ValueError(f"{name}: must lie in [0, 1], got {v!r}")
+    if not max_width_ratio > 0:
+        raise ValueError(f"max_width_ratio: must be > 0, got {max_width_ratio!r}")
     if not isinstance(median_window, int) or median_window < 1:
         raise ValueError(f"median_window: must be a positive integer, got {median_window!r}")
     keep = np.isfinite(steps) & np.isfinite(values) & (values > 0)
@@ -214,28 +232,56 @@ def detect_drop(
     t0, s, p, f = _refine(t, y, t0, s, p, f, spacing, span)
     resid = y - (f + (p - f) * _sigmoid((t0 - t) / s))
     noise = float(1.4826 * np.median(np.abs(resid - np.median(resid))))
-    delta = p - f
-    start, end = t0 - s * _LN9, t0 + s * _LN9
-    params = {"t0": t0, "s": s, "p": p, "f": f}
+    start, end = _extent(t, y, t0, s, p, f)
+    if not start <= t0 <= end:
+        t0 = float(np.clip(t0, start, end))
+    plateau = float(np.median(y[t <= start])) if np.any(t <= start) else p
+    n_tail = max(3, len(t) // 10)
+    final = float(np.median(y[-n_tail:]))
+    delta = plateau - final
+    params = {"t0": t0, "s": s, "p": plateau, "f": final, "start": start, "end": end}
     factor = 10 ** delta
+    width, plateau_len = end - start, start - t[0]
     reasons = []
     if factor < min_drop_factor:
         reasons.append(f"the loss falls by a factor {factor:.3g} < min_drop_factor {min_drop_factor:g}")
     if delta < 5 * noise:
-        reasons.append(f"the fitted drop ({delta:.3g} decades) is within 5x the noise ({noise:.3g})")
-    if end - start > max_width_fraction * span:
-        reasons.append(f"the decrease is gradual: its 10-90% width {end - start:.4g} exceeds "
-                       f"{max_width_fraction:g} of the span {span:.4g}")
-    if start - t[0] < min_plateau_fraction * span:
+        reasons.append(f"the fall ({delta:.3g} decades) is within 5x the noise ({noise:.3g})")
+    if plateau_len < min_plateau_fraction * span:
         reasons.append(f"no plateau before the decrease (it starts at step {start:.4g}, within "
                        f"{min_plateau_fraction:g} of the span from the first step {t[0]:.4g})")
+    elif width > max_width_ratio * plateau_len:
+        reasons.append(f"the decrease is gradual: it takes {width:.4g} steps (onset {start:.4g} to "
+                       f"end {end:.4g}), longer than {max_width_ratio:g} x the {plateau_len:.4g}-step "
+                       f"plateau before it")
+    if width > max_width_fraction * span:
+        reasons.append(f"the decrease is gradual: it takes {width:.4g} steps, more than "
+                       f"{max_width_fraction:g} of the span {span:.4g}")
     if not t[0] < t0 < t[-1]:
         reasons.append(f"the fitted drop step {t0:.4g} lies outside the logged steps")
     if reasons:
-        return DropResult(False, None, None, None, None, 10 ** p, 10 ** f, factor, noise,
+        return DropResult(False, None, None, None, None, 10 ** plateau, 10 ** final, factor, noise,
                           "no drop: " + "; ".join(reasons), col, params)
-    return DropResult(True, t0, start, end, end - start, 10 ** p, 10 ** f, factor, noise,
+    return DropResult(True, t0, start, end, width, 10 ** plateau, 10 ** final, factor, noise,
                       "sudden drop", col, params)
+
+
+def _extent(t: np.ndarray, y: np.ndarray, t0: float, s: float, p: float, f: float) -> tuple[float, float]:
+    """Onset and end of the fall (see the module docstring, step 2)."""
+    fit_start, fit_end = t0 - s * _LN9, t0 + s * _LN9
+    hi, lo = p - 0.1 * (p - f), f + 0.1 * (p - f)
+    reached = np.flatnonzero(y <= lo)
+    if len(reached) == 0:
+        return fit_start, fit_end
+    first_low = reached[0]
+    above = np.flatnonzero(y[:first_low + 1] >= hi)
+    onset = t[above[-1]] if len(above) else fit_start
+    spacing = float(np.median(np.diff(t)))
+    # Where the crossings agree with the fit to within one logging interval (a clean one-stage
+    # curve), keep the fit's sub-grid values.
+    start = onset if abs(onset - fit_start) > spacing else fit_start
+    end = t[first_low] if abs(t[first_low] - fit_end) > spacing else fit_end
+    return float(start), float(end)
 
 
 def _refine(t, y, t0, s, p, f, spacing, span):
