@@ -301,7 +301,6 @@ def train(
     progress: bool = True,
     model: HookedEncoder | None = None,
     trainable: Callable[[str], bool] | None = None,
-    seeds: Any = None,
     **train_overrides: Any,
 ) -> TrainResult:
     """Train a :class:`HookedEncoder` on matrix completion (see :class:`Trainer` for arguments).
@@ -309,8 +308,7 @@ def train(
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
     one and reproduces the uninterrupted run exactly (same seed -> same losses).
 
-    With ``seeds=[...]`` (or ``"0-7"``) the seeds train at once as one batched program and a
-    :class:`~tfmatcomp.multiseed.MultiSeedResult` is returned: see :func:`tfmatcomp.train_many`.
+    To train several seeds at once as one batched program, use :func:`tfmatcomp.train_many`.
 
     Example:
         >>> import tfmatcomp as tm
@@ -318,15 +316,6 @@ def train(
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
-    if seeds is not None:
-        if model is not None or trainable is not None:
-            raise ValueError("seeds: multi-seed training starts from fresh models of every seed; "
-                             "model= and trainable= are for single runs")
-        from tfmatcomp.multiseed import train_many
-
-        return train_many(preset, seeds=seeds, model_cfg=model_cfg, task_cfg=task_cfg,
-                          train_cfg=train_cfg, out_dir=out_dir, device=device, resume=resume,
-                          progress=progress, **train_overrides)
     trainer = Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
                       out_dir=out_dir, device=device, model=model, trainable=trainable,
                       progress=progress, **train_overrides)

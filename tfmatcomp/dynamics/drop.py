@@ -8,10 +8,11 @@ after a running median (isolated spikes removed), in three steps:
    polish). It gives the drop step ``t0`` and the noise level (the robust standard deviation of
    the residuals).
 2. *Extent.* The **onset** (``drop_start``: where the loss leaves the plateau) is the last step
-   at which the smoothed curve still lies within 10% of the fitted log-fall of the plateau before
+   at which the curve, smoothed again by a running median over 2% of the points (a median keeps a
+   monotone fall's edges where they are), still lies within 10% of the fitted log-fall of the plateau before
    it first comes within 10% of the final level; the **end** (``drop_end``) is that first step.
    Where these agree with the fit's 10% / 90% points ``t0 -+ s ln 9`` to within one logging
-   interval, the fit's (sub-grid) values are kept. So a fall in two stages (a first fall, a shelf,
+   intervals, the fit's (sub-grid) values are kept. So a fall in two stages (a first fall, a shelf,
    a second fall) is one drop from the onset of the first stage to the end of the second, not a
    "gradual" decline.
 3. *Levels.* The **plateau level** is the median loss between the first point and the onset, the
@@ -232,7 +233,7 @@ def detect_drop(
     t0, s, p, f = _refine(t, y, t0, s, p, f, spacing, span)
     resid = y - (f + (p - f) * _sigmoid((t0 - t) / s))
     noise = float(1.4826 * np.median(np.abs(resid - np.median(resid))))
-    start, end = _extent(t, y, t0, s, p, f)
+    start, end = _extent(t, _median_filter(y, max(median_window, (len(t) // 50) | 1)), t0, s, p, f)
     if not start <= t0 <= end:
         t0 = float(np.clip(t0, start, end))
     plateau = float(np.median(y[t <= start])) if np.any(t <= start) else p
@@ -279,8 +280,8 @@ def _extent(t: np.ndarray, y: np.ndarray, t0: float, s: float, p: float, f: floa
     spacing = float(np.median(np.diff(t)))
     # Where the crossings agree with the fit to within one logging interval (a clean one-stage
     # curve), keep the fit's sub-grid values.
-    start = onset if abs(onset - fit_start) > spacing else fit_start
-    end = t[first_low] if abs(t[first_low] - fit_end) > spacing else fit_end
+    start = onset if abs(onset - fit_start) > 2 * spacing else fit_start
+    end = t[first_low] if abs(t[first_low] - fit_end) > 2 * spacing else fit_end
     return float(start), float(end)
 
 
