@@ -19,8 +19,7 @@ from typing import Literal, Mapping
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, loss_values, predict, resolve_models,
-                                          sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROUP_VALUES,
                                              PAPER_HEAD_GROUPS, POST)
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,

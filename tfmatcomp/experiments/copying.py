@@ -23,8 +23,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, loss_values, predict, resolve_models,
-                                          sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
 from tfmatcomp.interventions import MaskSubstitution
 from tfmatcomp.metrics import L_mask_prime
@@ -46,7 +45,7 @@ def copying_check(
 
     Args:
         models: a model, a checkpoint path, or ``{label: model or path}`` (see
-            :mod:`tfmatcomp.experiments.common`).
+            :mod:`tfmatcomp.datapath`).
         task: the matrix task (default: the checkpoints' own).
         n_samples: matrices per input kind (paper: 512).
         seed: seeds the low-rank batch (``seed``) and the random batch (``seed + 1``).

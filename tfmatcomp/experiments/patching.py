@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, predict, resolve_models, sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
 from tfmatcomp.interventions import ActivationPatch
 from tfmatcomp.metrics import masked_mse

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, check_positive, loss_values, predict,
-                                          resolve_models, sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
 from tfmatcomp.interventions import PositionalPermutation
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["positional_permutation"]
 
@@ -47,7 +47,7 @@ def positional_permutation(
         ``permutation_seed``, ``L``, ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``,
         ``paper_4l8h_L_mask`` (post-shift, permuted rows).
     """
-    check_positive("n_permutations", n_permutations)
+    check_positive_int("n_permutations", n_permutations)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():

@@ -20,8 +20,7 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelLike, TaskLike, loss_values, predict, resolve_models,
-                                          sample_batch)
+from tfmatcomp.datapath import ModelLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
 from tfmatcomp.interventions import WeightTransplant
 
