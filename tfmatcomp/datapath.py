@@ -47,7 +47,7 @@ from tfmatcomp.config import TaskConfig, get_preset
 from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.metrics import losses
 from tfmatcomp.model import HookedEncoder
-from tfmatcomp.validation import check_positive_int
+from tfmatcomp.validation import check_positive_int, renamed_argument
 
 __all__ = [
     "ModelLike", "ModelsLike", "TaskLike", "Inputs", "InterventionLike", "Chunk",
@@ -375,11 +375,7 @@ def predict(
         >>> predict(model, sample_batch("tiny", 3, seed=0), batch_size=2).shape
         torch.Size([3, 16])
     """
-    if chunk_size is not None:
-        import warnings
-
-        warnings.warn("predict: chunk_size is deprecated, use batch_size", DeprecationWarning, stacklevel=2)
-        batch_size = chunk_size
+    batch_size = renamed_argument("predict", "chunk_size", chunk_size, "batch_size", batch_size)
     preds, _ = run_chunked(model, batch, batch_size=batch_size, intervention=intervention)
     return preds
 

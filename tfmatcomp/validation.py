@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Collection
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ __all__ = [
     "check_in_range",
     "check_probability",
     "check_choice",
+    "renamed_argument",
 ]
 
 T = TypeVar("T")
@@ -145,3 +147,23 @@ def check_choice(name: str, value: T, choices: Collection[T]) -> T:
     if value not in choices:
         raise ValueError(f"{name}: must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def renamed_argument(where: str, old_name: str, old_value: Any, new_name: str, new_value: T) -> T:
+    """The value of a renamed keyword: ``new_value`` unless the deprecated ``old_value`` was given
+    (not None), in which case that one, with a :class:`DeprecationWarning`.
+
+    Example:
+        >>> import warnings
+        >>> renamed_argument("f", "chunk_size", None, "batch_size", 64)
+        64
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     value = renamed_argument("f", "chunk_size", 8, "batch_size", 64)
+        >>> value, str(w[0].message)
+        (8, 'f: chunk_size is deprecated, use batch_size')
+    """
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{where}: {old_name} is deprecated, use {new_name}", DeprecationWarning, stacklevel=3)
+    return old_value
