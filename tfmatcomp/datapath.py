@@ -272,6 +272,7 @@ def iter_chunks(
     fwd_hooks: Sequence[tuple[str, Callable]] = (),
     intervention: InterventionLike = None,
     return_predictions: bool = True,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> Iterator[Chunk]:
     """Run ``model`` on ``inputs`` ``batch_size`` matrices at a time, yielding each :class:`Chunk`.
 
@@ -290,6 +291,8 @@ def iter_chunks(
             chunk returning one (e.g. a patch from that chunk); applied with ``.applied(model)``.
         return_predictions: False to skip the read-out (``return_type=None``) when only the cache
             is wanted.
+        attention_mask: a padding mask ``[batch, pos]`` (1 = token) passed to the model, chunked
+            with the inputs.
 
     Example:
         >>> import tfmatcomp as tm
@@ -306,16 +309,18 @@ def iter_chunks(
         chunk = inputs[start:start + batch_size].to(device)
         tokens = chunk.tokens if isinstance(chunk, MatrixBatch) else chunk
         iv = _intervention_for(intervention, chunk)
+        kwargs = {"return_type": "predictions" if return_predictions else None}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask[start:start + batch_size].to(device)
         with ExitStack() as stack:
             if iv is not None:
                 stack.enter_context(iv.applied(model))
             if fwd_hooks:
                 stack.enter_context(model.hooks(fwd_hooks=list(fwd_hooks)))
-            return_type = "predictions" if return_predictions else None
             if names is None:
-                preds, cache = model(tokens, return_type=return_type), {}
+                preds, cache = model(tokens, **kwargs), {}
             else:
-                preds, cache = model.run_with_cache(tokens, names_filter=names, return_type=return_type)
+                preds, cache = model.run_with_cache(tokens, names_filter=names, **kwargs)
                 cache = {name: cache[name] for name in names}
         yield Chunk(start=start, inputs=chunk, predictions=preds, cache=cache)
 
@@ -329,6 +334,7 @@ def run_chunked(
     fwd_hooks: Sequence[tuple[str, Callable]] = (),
     intervention: InterventionLike = None,
     return_predictions: bool = True,
+    attention_mask: Int[Tensor, "batch pos"] | None = None,
 ) -> tuple[Float[Tensor, "batch pos"] | None, dict[str, Tensor]]:
     """``(predictions, cache)`` of ``model`` on all of ``inputs``, concatenated over chunks.
 
@@ -346,7 +352,8 @@ def run_chunked(
     preds: list[Tensor] = []
     caches: dict[str, list[Tensor]] = {}
     for chunk in iter_chunks(model, inputs, batch_size=batch_size, names=names, fwd_hooks=fwd_hooks,
-                             intervention=intervention, return_predictions=return_predictions):
+                             intervention=intervention, return_predictions=return_predictions,
+                             attention_mask=attention_mask):
         if chunk.predictions is not None:
             preds.append(chunk.predictions)
         for name, act in chunk.cache.items():
