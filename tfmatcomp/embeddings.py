@@ -26,9 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -36,8 +35,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tfmatcomp.datapath import load_checkpoints
 from tfmatcomp.geometry.pca import PCAResult, pca
 from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.validation import check_positive_int
 
 __all__ = [
     "PCAResult",
@@ -181,9 +182,8 @@ def token_embedding_pca(model, values: Tensor | Sequence[float] | None = None, *
 # ------------------------------------------------------------------ positional embeddings
 def _grid_positions(model, n_rows: int, n_cols: int | None):
     n_cols = n_rows if n_cols is None else n_cols
-    for name, value in (("n_rows", n_rows), ("n_cols", n_cols)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+    check_positive_int("n_rows", n_rows)
+    check_positive_int("n_cols", n_cols)
     if n_rows * n_cols > model.cfg.n_ctx:
         raise ValueError(f"n_rows, n_cols: {n_rows}x{n_cols} = {n_rows * n_cols} positions exceed the "
                          f"model's n_ctx {model.cfg.n_ctx}")
@@ -267,11 +267,10 @@ def positional_embedding_pca(model, n_rows: int, n_cols: int | None = None,
 
 # --------------------------------------------------------------------------- checkpoints
 def load_models(checkpoints, device=None) -> dict[int, object]:
-    """Normalise checkpoints to ``{step: HookedEncoder}``.
+    """Normalise checkpoints to ``{step: HookedEncoder}``: :func:`tfmatcomp.datapath.load_checkpoints`.
 
     Accepts a dict ``step -> HookedEncoder | path``, a list of checkpoint paths, or a run directory
-    (its ``checkpoints/step_*`` folders). Paths are loaded with :func:`tfmatcomp.checkpoint.load_checkpoint_info`
-    (the step is read from the checkpoint's metadata).
+    (its ``checkpoints/step_*`` folders).
 
     Example:
         >>> from tfmatcomp import HookedEncoder, EncoderConfig
@@ -279,29 +278,7 @@ def load_models(checkpoints, device=None) -> dict[int, object]:
         >>> list(load_models({20: m, 10: m}))
         [10, 20]
     """
-    def load(path):
-        from tfmatcomp.checkpoint import load_checkpoint_info
-
-        return load_checkpoint_info(path, device=device)
-
-    if isinstance(checkpoints, (str, Path)):
-        from tfmatcomp.checkpoint import list_checkpoints
-
-        checkpoints = list_checkpoints(checkpoints)
-    out: dict[int, object] = {}
-    if isinstance(checkpoints, Mapping):
-        for step, m in checkpoints.items():
-            out[int(step)] = load(m)[0] if isinstance(m, (str, Path)) else m
-    else:
-        for path in checkpoints:
-            model, info = load(path)
-            if info.step is None:
-                raise ValueError(f"checkpoints: {path} has no step in its metadata; pass a dict "
-                                 "step -> path instead")
-            out[int(info.step)] = model
-    if not out:
-        raise ValueError("checkpoints: need at least one checkpoint")
-    return dict(sorted(out.items()))
+    return load_checkpoints(checkpoints, device)
 
 
 def checkpoint_token_projection(checkpoints, values: Tensor | Sequence[float] | None = None, *,

@@ -34,6 +34,8 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
+from tfmatcomp.validation import check_in_range, check_int_in_range, check_positive_int
+
 __all__ = [
     "positions_to_rows_cols",
     "observed_from_matrix",
@@ -54,10 +56,7 @@ Keep = Mapping[int, "int | Sequence[int]"] | int | Sequence[int] | None
 def _check_dims(n_rows: int, n_cols: int | None) -> tuple[int, int]:
     if n_cols is None:
         n_cols = n_rows
-    for name, value in (("n_rows", n_rows), ("n_cols", n_cols)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    return n_rows, n_cols
+    return check_positive_int("n_rows", n_rows), check_positive_int("n_cols", n_cols)
 
 
 def positions_to_rows_cols(
@@ -178,12 +177,9 @@ def column_mask(n_rows: int, n_cols: int | None = None, masked_cols: Iterable[in
 def _random_line_masks(n_rows, n_cols, n_lines_masked, batch_size, n_keep, generator, axis):
     n_lines, n_other = (n_rows, n_cols) if axis == "row" else (n_cols, n_rows)
     name = "n_masked_rows" if axis == "row" else "n_masked_cols"
-    if not isinstance(n_lines_masked, int) or not 0 <= n_lines_masked <= n_lines:
-        raise ValueError(f"{name}: must be an integer in [0, {n_lines}], got {n_lines_masked!r}")
-    if not isinstance(n_keep, int) or not 0 <= n_keep <= n_other:
-        raise ValueError(f"n_keep: must be an integer in [0, {n_other}], got {n_keep!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
+    check_int_in_range(name, n_lines_masked, 0, n_lines)
+    check_int_in_range("n_keep", n_keep, 0, n_other)
+    check_positive_int("batch_size", batch_size)
     device = generator.device if generator is not None else torch.device("cpu")
     # Choose lines (and kept entries) by ranking iid uniforms: a uniform random subset per sample.
     line_rank = torch.rand(batch_size, n_lines, generator=generator, device=device).argsort(-1).argsort(-1)
@@ -272,8 +268,7 @@ def masked_rows(observed: Bool[Tensor, "*batch pos"], n_rows: int, n_cols: int |
         >>> masked_rows(row_mask(3, masked_rows=[2], keep=0), 3).tolist()
         [False, False, True]
     """
-    if not 0.0 < min_masked_fraction <= 1.0:
-        raise ValueError(f"min_masked_fraction: must lie in (0, 1], got {min_masked_fraction!r}")
+    check_in_range("min_masked_fraction", min_masked_fraction, 0.0, 1.0, closed=(False, True))
     m = as_matrix(observed, n_rows, n_cols)
     return (~m).float().mean(-1) >= min_masked_fraction - 1e-9
 

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-import torch
 
-from tfmatcomp.baselines import _as_task, _row, complete_nuclear_norm, model_predictions, nuclear_norm
+from tfmatcomp.baselines import _row, complete_nuclear_norm, model_predictions, nuclear_norm
 from tfmatcomp.data import MatrixCompletionTask
+from tfmatcomp.datapath import resolve_task, sample_batch
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["OODCondition", "ood_conditions", "evaluate_ood", "OOD_GROUPS"]
 
@@ -104,9 +105,8 @@ def ood_conditions(
         ['train', 'distribution=gaussian', 'distribution=laplace', 'rank=2', 'rank=3', 'rank=4',
          'n_rows=2', 'n_rows=3', 'n_cols=2', 'n_cols=3', 'full_rank=random']
     """
-    task = _as_task(task)
-    if not isinstance(n_ctx, int) or n_ctx < 1:
-        raise ValueError(f"n_ctx: must be a positive integer, got {n_ctx!r}")
+    task = resolve_task(task)
+    check_positive_int("n_ctx", n_ctx)
     if task.n_positions > n_ctx:
         raise ValueError(f"task: {task.n_rows}x{task.n_cols} needs {task.n_positions} positions, "
                          f"more than n_ctx={n_ctx}")
@@ -182,8 +182,7 @@ def evaluate_ood(
         if task is None:
             raise ValueError("task: required when no conditions are given")
         conditions = ood_conditions(task, model.cfg.n_ctx)
-    if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples: must be a positive integer, got {n_samples!r}")
+    check_positive_int("n_samples", n_samples)
     n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
     rows = []
     for cond in conditions:
@@ -191,7 +190,7 @@ def evaluate_ood(
         if n_ctx is not None and t.n_positions > n_ctx:
             raise ValueError(f"conditions: {cond.label} needs {t.n_positions} positions, more than "
                              f"the model's n_ctx={n_ctx}")
-        batch = t.sample(n_samples, generator=torch.Generator().manual_seed(seed))
+        batch = sample_batch(t, n_samples, seed=seed)
         meta = dict(group=cond.group, condition=cond.label, value=cond.value, n_rows=t.n_rows,
                     n_cols=t.n_cols, rank=t.rank, distribution=t.distribution, p_mask=t.p_mask,
                     true_nuclear_norm=float(nuclear_norm(batch.matrices.double()).mean()))

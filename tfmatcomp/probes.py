@@ -13,7 +13,10 @@ its hidden state after a given layer with a linear map fitted by least squares. 
 Layer convention (probe tables say ``layer``): ``layer 0`` is the embedding output
 ``hook_full_embed``; ``layer l`` for ``l >= 1`` is the output of block ``l - 1`` (0-based), hook
 ``blocks.{l-1}.hook_normalized_resid_post``. So ``layer l`` is "after ``l`` layers", which is also
-the papers' 1-based "layer l". The table carries the hook name of each row.
+the papers' 1-based "layer l". This is the library's hidden-state convention
+(:mod:`tfmatcomp.hook_names`); probe tables name each state by the hook that writes it
+(``at="layer_output"``), which carries the same tensor as ``blocks.{l}.hook_resid_pre``. The table
+carries the hook name of each row. Hidden states come through :func:`tfmatcomp.datapath.run_chunked`.
 
 Probes are affine (weights plus a bias), fitted in closed form in float64 with optional ridge
 ``lambda * ||W||^2`` (the bias is not penalised). The train / test split is by *matrix* (all
@@ -41,7 +44,10 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tfmatcomp.data import MatrixBatch
+from tfmatcomp.datapath import run_chunked
+from tfmatcomp.hook_names import resid_name
 from tfmatcomp.masks import positions_to_rows_cols
+from tfmatcomp.validation import check_choice, check_in_range, check_non_negative, renamed_argument
 
 __all__ = [
     "LinearProbe",
@@ -62,16 +68,14 @@ PROBE_TARGETS = ("masked_row", "value", "singular_vector")
 
 # --------------------------------------------------------------------------- hidden states
 def layer_hook_name(layer: int, n_layers: int) -> str:
-    """Hook whose activation is the hidden state "after ``layer`` layers" (see module docstring).
+    """Hook whose activation is the hidden state "after ``layer`` layers" (see module docstring):
+    :func:`tfmatcomp.hook_names.resid_name` with ``at="layer_output"``.
 
     Example:
         >>> layer_hook_name(0, 4), layer_hook_name(4, 4)
         ('hook_full_embed', 'blocks.3.hook_normalized_resid_post')
     """
-    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer <= n_layers:
-        raise ValueError(f"layers: each layer must be an integer in [0, {n_layers}] (0 = embedding "
-                         f"output, l = output of block l-1), got {layer!r}")
-    return "hook_full_embed" if layer == 0 else f"blocks.{layer - 1}.hook_normalized_resid_post"
+    return resid_name(layer, n_layers, at="layer_output", arg="layers")
 
 
 def hidden_states(
@@ -100,16 +104,9 @@ def hidden_states(
     n_layers = model.cfg.n_layers
     layers = list(range(n_layers + 1)) if layers is None else [int(l) for l in layers]
     names = {layer_hook_name(l, n_layers): l for l in layers}
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
-    chunks: dict[int, list[Tensor]] = {l: [] for l in layers}
-    with torch.no_grad():
-        for start in range(0, tokens.shape[0], batch_size):
-            _, cache = model.run_with_cache(tokens[start:start + batch_size],
-                                            names_filter=list(names), return_type=None)
-            for name, l in names.items():
-                chunks[l].append(cache[name])
-    return {l: torch.cat(c) for l, c in chunks.items()}
+    _, cache = run_chunked(model, tokens, batch_size=batch_size, names=list(names),
+                           return_predictions=False)
+    return {l: cache[name] for name, l in names.items()}
 
 
 # --------------------------------------------------------------------------------- targets
@@ -149,8 +146,7 @@ def top_singular_vector_targets(batch: MatrixBatch, side: str = "right") -> Floa
         >>> top_singular_vector_targets(b)[0, 0].tolist()
         [0.0, 1.0]
     """
-    if side not in ("left", "right"):
-        raise ValueError(f"side: must be 'left' or 'right', got {side!r}")
+    check_choice("side", side, ("left", "right"))
     x = batch.values.to(torch.float64).reshape(-1, batch.n_rows, batch.n_cols)
     u, _, vh = torch.linalg.svd(x, full_matrices=False)
     vec = u[..., :, 0] if side == "left" else vh[..., 0, :]               # [batch, k]
@@ -219,8 +215,7 @@ def fit_linear_probe(
                          f"{tuple(targets.shape)}")
     if features.shape[0] < 1:
         raise ValueError("features: need at least one sample to fit a probe")
-    if not ridge >= 0:
-        raise ValueError(f"ridge: must be >= 0, got {ridge!r}")
+    check_non_negative("ridge", ridge)
     f = features.to(torch.float64)
     y = targets.to(device=f.device, dtype=torch.float64)
     f_mean, y_mean = f.mean(0), y.mean(0)
@@ -273,11 +268,13 @@ def probe_metrics(
     return {"mse": mse, "cos": cos, "r2": r2}
 
 
-def split_matrices(batch_size: int, test_fraction: float = 0.25,
-                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
-    """Random split of matrix indices ``0..batch_size-1`` into (train, test), both non-empty.
+def split_matrices(n_samples: int, test_fraction: float = 0.25,
+                   generator: torch.Generator | None = None, *,
+                   batch_size: int | None = None) -> tuple[Tensor, Tensor]:
+    """Random split of matrix indices ``0..n_samples-1`` into (train, test), both non-empty.
 
     The permutation comes from ``generator`` (a fresh ``manual_seed(0)`` CPU generator when None).
+    ``batch_size`` is the deprecated name of ``n_samples``.
 
     Example:
         >>> import torch
@@ -285,14 +282,14 @@ def split_matrices(batch_size: int, test_fraction: float = 0.25,
         >>> len(train), len(test), sorted(train.tolist() + test.tolist()) == list(range(8))
         (6, 2, True)
     """
-    if not isinstance(batch_size, int) or batch_size < 2:
-        raise ValueError(f"batch_size: need at least 2 matrices to split, got {batch_size!r}")
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction: must lie in (0, 1), got {test_fraction!r}")
+    n_samples = renamed_argument("split_matrices", "batch_size", batch_size, "n_samples", n_samples)
+    if not isinstance(n_samples, int) or n_samples < 2:
+        raise ValueError(f"n_samples: need at least 2 matrices to split, got {n_samples!r}")
+    check_in_range("test_fraction", test_fraction, 0.0, 1.0, closed=False)
     if generator is None:
         generator = torch.Generator().manual_seed(0)
-    perm = torch.randperm(batch_size, generator=generator, device=generator.device).cpu()
-    n_test = min(max(1, round(test_fraction * batch_size)), batch_size - 1)
+    perm = torch.randperm(n_samples, generator=generator, device=generator.device).cpu()
+    n_test = min(max(1, round(test_fraction * n_samples)), n_samples - 1)
     return perm[n_test:].sort().values, perm[:n_test].sort().values
 
 

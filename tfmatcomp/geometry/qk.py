@@ -40,7 +40,10 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tfmatcomp.datapath import run_chunked
 from tfmatcomp.decomposition import Decomposition
+from tfmatcomp.hook_names import block_hook_name
+from tfmatcomp.validation import check_int_in_range, check_non_negative
 
 __all__ = ["QKComponents", "qk_components", "qk_decomposition", "RotatedWQK", "rotated_wqk",
            "rotated_wqk_head", "COMPONENTS"]
@@ -196,9 +199,7 @@ def qk_decomposition(
         :class:`QKComponents` with the model's actual ``scores`` and ``pattern`` for the heads.
     """
     _check_side("mean_side", mean_side)
-    n_layers = len(model.blocks)
-    if not isinstance(layer, int) or isinstance(layer, bool) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer: must be an integer in [0, {n_layers - 1}], got {layer!r}")
+    check_int_in_range("layer", layer, 0, len(model.blocks) - 1)
     n_heads = model.cfg.n_heads
     if heads is None:
         heads = list(range(n_heads))
@@ -210,13 +211,9 @@ def qk_decomposition(
             raise ValueError(f"heads: each head must be an integer in [0, {n_heads - 1}], got {h!r}")
     if decomposition.d_model != model.cfg.d_model:
         raise ValueError(f"decomposition: d_model {decomposition.d_model} != model's {model.cfg.d_model}")
-    prefix = f"blocks.{layer}"
-    names = [f"{prefix}.hook_resid_pre", f"{prefix}.attn.hook_attn_scores", f"{prefix}.attn.hook_pattern"]
-    kwargs = {"return_type": None}
-    if attention_mask is not None:
-        kwargs["attention_mask"] = attention_mask
-    with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=names, **kwargs)
+    names = [block_hook_name(n, layer) for n in ("hook_resid_pre", "attn.hook_attn_scores", "attn.hook_pattern")]
+    _, cache = run_chunked(model, tokens, batch_size=max(1, tokens.shape[0]), names=names,
+                           return_predictions=False, attention_mask=attention_mask)
     x = cache[names[0]].to(torch.float64)
     T = x.shape[1]
     pos = _full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
@@ -264,8 +261,7 @@ class RotatedWQK:
     def top_left_fraction(self, K: int) -> float:
         """Share of the denoised energy (sum of squares) in the top-left ``K x K`` block."""
         d = self.denoised.shape[0]
-        if not isinstance(K, int) or not 1 <= K <= d:
-            raise ValueError(f"K: must be an integer in [1, {d}], got {K!r}")
+        check_int_in_range("K", K, 1, d)
         e = self.denoised ** 2
         total = float(e.sum())
         return float(e[:K, :K].sum()) / total if total > 0 else float("nan")
@@ -304,8 +300,8 @@ def rotated_wqk(
     d = W.shape[0]
     if threshold is None:
         threshold = math.sqrt(2 * math.log(d * d)) * float(rotated.std())
-    elif not threshold >= 0:
-        raise ValueError(f"threshold: must be >= 0, got {threshold!r}")
+    else:
+        check_non_negative("threshold", threshold)
     denoised = torch.where(rotated.abs() >= threshold, rotated, torch.zeros_like(rotated))
     return RotatedWQK(W=W, diagonal=diagonal, rotated=rotated, denoised=denoised,
                       threshold=float(threshold), basis=V)
@@ -314,10 +310,7 @@ def rotated_wqk(
 def rotated_wqk_head(model, layer: int, head: int, pos: Float[Tensor, "pos d_model"],
                      *, threshold: float | None = None) -> RotatedWQK:
     """:func:`rotated_wqk` for head ``head`` (0-based) of block ``layer`` (0-based) of a HookedEncoder."""
-    n_layers, n_heads = len(model.blocks), model.cfg.n_heads
-    if not isinstance(layer, int) or not 0 <= layer < n_layers:
-        raise ValueError(f"layer: must be an integer in [0, {n_layers - 1}], got {layer!r}")
-    if not isinstance(head, int) or not 0 <= head < n_heads:
-        raise ValueError(f"head: must be an integer in [0, {n_heads - 1}], got {head!r}")
+    check_int_in_range("layer", layer, 0, len(model.blocks) - 1)
+    check_int_in_range("head", head, 0, model.cfg.n_heads - 1)
     attn = model.blocks[layer].attn
     return rotated_wqk(attn.W_Q[head], attn.W_K[head], pos, threshold=threshold)

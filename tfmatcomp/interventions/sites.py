@@ -79,13 +79,25 @@ def paper_heads(spec: str | Iterable[tuple[int, int | str]]) -> list[Head]:
     return out
 
 
-def paper_label(heads: Iterable[Head]) -> str:
+def paper_label(heads: Head | Iterable[Head] | int, head: int | None = None) -> str:
     """The papers' 1-based label of 0-based ``(layer, head)`` pairs, contiguous heads as ranges.
+
+    Takes one pair ``(layer, head)`` (also as two arguments ``paper_label(layer, head)``) or an
+    iterable of pairs.
 
     Example:
         >>> paper_label([(1, 1), (1, 2), (1, 3), (1, 5)])
         '(2,2-4), (2,6)'
+        >>> paper_label((3, 2)), paper_label(3, 2)
+        ('(4,3)', '(4,3)')
     """
+    from numbers import Integral
+
+    if head is not None:
+        heads = [(heads, head)]
+    elif isinstance(heads, tuple) and len(heads) == 2 and all(
+            isinstance(x, Integral) and not isinstance(x, bool) for x in heads):
+        heads = [heads]
     parts: list[str] = []
     items = [(int(l), int(h)) for l, h in heads]
     i = 0
