@@ -34,8 +34,7 @@ from typing import Callable, ClassVar, Iterable, Mapping
 import torch
 from torch import Tensor
 
-from tfmatcomp.interventions.base import FwdHook, Intervention
-from tfmatcomp.interventions.weights import parameter_override_hooks
+from tfmatcomp.interventions.base import Intervention
 from tfmatcomp.param_groups import GROUPS, group_predicate
 
 __all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
@@ -61,8 +60,8 @@ class WeightTransplant(Intervention):
             requires equal parameter shapes.
 
     Stage ``"weights"``: ``applied`` copies the donor's values into the recipient's parameters and
-    restores the originals bit-exactly on exit; ``fwd_hooks`` recomputes the affected activations
-    instead (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`).
+    restores the originals bit-exactly on exit; ``fwd_hooks`` substitutes them for the duration of
+    each forward pass instead (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`).
 
     Raises:
         DonorMismatchError: (when used) the donor's config or shapes do not match the recipient's.
@@ -141,6 +140,3 @@ class WeightTransplant(Intervention):
         own = dict(model.named_parameters())
         return {n: donor_params[n].detach().to(device=own[n].device, dtype=own[n].dtype).clone()
                 for n in self.parameter_names(model)}
-
-    def fwd_hooks(self, model) -> list[FwdHook]:
-        return parameter_override_hooks(model, self.weight_edits(model), label="transplant")
