@@ -285,15 +285,15 @@ class HookedEncoder(HookedRootModule):
 
         See :func:`tfmatcomp.convert.from_hf`.
         """
-        from tfmatcomp.convert import from_hf
+        from tfmatcomp.hf_mapping import build_from_hf
 
-        return from_hf(bert, readout, **overrides)
+        return build_from_hf(cls, bert, readout, **overrides)
 
     def to_hf(self):
         """The equivalent ``(transformers.BertModel, nn.Linear read-out)``.
 
         See :func:`tfmatcomp.convert.to_hf`.
         """
-        from tfmatcomp.convert import to_hf
+        from tfmatcomp.hf_mapping import to_hf
 
         return to_hf(self)
