@@ -1,7 +1,9 @@
 """The one table between HuggingFace ``transformers.BertModel`` and :class:`~tfmatcomp.HookedEncoder`.
 
 Each parameter appears once in :func:`parameter_table`, with its HuggingFace name and the re-layout
-in both directions; the state-dict conversions, :func:`build_from_hf` and :func:`to_hf` read it.
+in both directions, and each config field once in :data:`CONFIG_FIELDS`; the conversions in both
+directions (:func:`config_from_hf`, :func:`config_to_hf`, :func:`build_from_hf`, :func:`to_hf`)
+read them.
 This module does not import the model (the model's ``from_hf`` / ``to_hf`` use it, and
 :mod:`tfmatcomp.convert` gives the public functions), so there is no import cycle.
 
@@ -24,7 +26,7 @@ from tfmatcomp.config import EncoderConfig
 if TYPE_CHECKING:
     from tfmatcomp.model import HookedEncoder
 
-__all__ = ["parameter_table", "config_from_hf", "config_to_hf", "build_from_hf", "to_hf"]
+__all__ = ["parameter_table", "CONFIG_FIELDS", "config_from_hf", "config_to_hf", "build_from_hf", "to_hf"]
 
 Relayout = Callable[[Tensor], Tensor]
 _same: Relayout = lambda t: t  # noqa: E731
@@ -77,26 +79,23 @@ def _unwrap(bert: nn.Module) -> nn.Module:
                     f"got {type(bert).__name__}")
 
 
+#: EncoderConfig field -> BertConfig field, for the fields that map one to one.
+CONFIG_FIELDS: dict[str, str] = {
+    "n_layers": "num_hidden_layers", "n_heads": "num_attention_heads", "d_model": "hidden_size",
+    "d_mlp": "intermediate_size", "n_ctx": "max_position_embeddings", "d_vocab": "vocab_size",
+    "layer_norm_eps": "layer_norm_eps", "init_range": "initializer_range", "act_fn": "hidden_act",
+}
+
+
 def config_from_hf(hf_cfg: Any, token_types_used: bool = True, **overrides: Any) -> EncoderConfig:
     """The :class:`EncoderConfig` matching a ``transformers.BertConfig``."""
     if getattr(hf_cfg, "hidden_act", "gelu") not in ("gelu", "gelu_new", "relu"):
         raise ValueError(f"bert: hidden_act {hf_cfg.hidden_act!r} is not supported "
                          "(allowed: gelu, gelu_new, relu)")
     pad = hf_cfg.pad_token_id
-    kwargs: dict[str, Any] = dict(
-        n_layers=hf_cfg.num_hidden_layers,
-        n_heads=hf_cfg.num_attention_heads,
-        d_model=hf_cfg.hidden_size,
-        d_mlp=hf_cfg.intermediate_size,
-        n_ctx=hf_cfg.max_position_embeddings,
-        d_vocab=hf_cfg.vocab_size,
-        n_token_types=hf_cfg.type_vocab_size if token_types_used else 0,
-        learned_mask_embedding=pad is None,
-        mask_token_id=0 if pad is None else pad,
-        layer_norm_eps=hf_cfg.layer_norm_eps,
-        init_range=hf_cfg.initializer_range,
-        act_fn=hf_cfg.hidden_act,
-    )
+    kwargs: dict[str, Any] = {ours: getattr(hf_cfg, theirs) for ours, theirs in CONFIG_FIELDS.items()}
+    kwargs.update(n_token_types=hf_cfg.type_vocab_size if token_types_used else 0,
+                  learned_mask_embedding=pad is None, mask_token_id=0 if pad is None else pad)
     kwargs.update(overrides)
     return EncoderConfig(**kwargs)
 
@@ -106,18 +105,10 @@ def config_to_hf(cfg: EncoderConfig):
     from transformers import BertConfig
 
     hf_cfg = BertConfig(
-        vocab_size=cfg.d_vocab,
-        hidden_size=cfg.d_model,
-        num_hidden_layers=cfg.n_layers,
-        num_attention_heads=cfg.n_heads,
-        intermediate_size=cfg.d_mlp,
-        hidden_act=cfg.act_fn,
+        **{theirs: getattr(cfg, ours) for ours, theirs in CONFIG_FIELDS.items()},
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
-        max_position_embeddings=cfg.n_ctx,
         type_vocab_size=max(cfg.n_token_types, 1),
-        initializer_range=cfg.init_range,
-        layer_norm_eps=cfg.layer_norm_eps,
         pad_token_id=None if cfg.learned_mask_embedding else cfg.mask_token_id,
     )
     hf_cfg._attn_implementation = "eager"
