@@ -24,6 +24,7 @@ import torch
 
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.param_groups import GROUPS, group_parameter_names, group_predicate
+from tfmatcomp.validation import is_int
 
 __all__ = ["COMPONENT_GROUPS", "PAPER_COMPONENTS", "component_predicate", "component_parameter_names",
            "reinitialize_component", "train_component", "component_training"]
@@ -86,7 +87,7 @@ def reinitialize_component(
     if isinstance(seed, torch.Generator):
         fresh = HookedEncoder(model.cfg, seed=0)
         fresh.init_weights(seed)
-    elif isinstance(seed, int) and not isinstance(seed, bool):
+    elif is_int(seed):
         fresh = HookedEncoder(model.cfg, seed=seed)
     else:
         raise ValueError(f"seed: expected an int or a torch.Generator, got {type(seed).__name__}")

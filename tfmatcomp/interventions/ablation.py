@@ -37,6 +37,7 @@ from torch import Tensor
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
 from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, paper_label, resolve_heads,
                                            resolve_hook_names, site_mask)
+from tfmatcomp.validation import check_choice
 
 __all__ = ["UniformAttentionAblation", "MeanAttentionAblation", "ActivationAblation"]
 
@@ -184,8 +185,7 @@ class ActivationAblation(Intervention):
         positions: PositionSpec = None,
         mean_value: Tensor | Mapping[str, Tensor] | None = None,
     ):
-        if mode not in ("zero", "mean"):
-            raise ValueError(f"mode: must be 'zero' or 'mean', got {mode!r}")
+        check_choice("mode", mode, ("zero", "mean"))
         if mean_value is not None and mode != "mean":
             raise ValueError("mean_value: only allowed with mode='mean'")
         self.hooks = [hooks] if isinstance(hooks, str) else list(hooks)

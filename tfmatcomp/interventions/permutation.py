@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import Intervention
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["PositionalPermutation"]
 
@@ -63,10 +64,8 @@ class PositionalPermutation(Intervention):
             self._perm: Tensor | None = p
         else:
             self._perm = None
-        if n_positions is not None and (not isinstance(n_positions, int) or n_positions < 1):
-            raise ValueError(f"n_positions: must be a positive integer, got {n_positions!r}")
         self.seed = seed
-        self.n_positions = n_positions
+        self.n_positions = check_positive_int("n_positions", n_positions, allow_none=True)
 
     def permutation(self, model=None) -> Tensor:
         """The permutation ``perm`` (CPU long tensor); needs ``model`` only for a seeded one without

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import Intervention
+from tfmatcomp.hook_names import check_layers
 from tfmatcomp.param_groups import GROUPS, group_predicate
 
 __all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
@@ -105,10 +106,7 @@ class WeightTransplant(Intervention):
                 raise ValueError(f"params: {item!r} is neither a group {sorted(GROUPS)} "
                                  f"nor a parameter name of the model (e.g. {names[1]!r})")
         if self.layers is not None:
-            bad = [l for l in self.layers if not 0 <= l < model.cfg.n_layers]
-            if bad:
-                raise ValueError(f"layers: {bad} out of range 0..{model.cfg.n_layers - 1} (0-based)")
-            keep = {f"blocks.{l}." for l in self.layers}
+            keep = {f"blocks.{l}." for l in check_layers(self.layers, model.cfg.n_layers)}
             chosen = {n for n in chosen if not n.startswith("blocks.") or
                       any(n.startswith(k) for k in keep)}
         if not chosen:
