@@ -29,7 +29,7 @@ from tfmatcomp.hook_names import resolve_hook_names  # re-exported: hook names l
 
 __all__ = [
     "Head", "HeadSpec", "PositionSpec", "paper_heads", "paper_label", "resolve_heads",
-    "resolve_hook_names", "head_axis", "position_axis", "site_mask",
+    "resolve_hook_names", "describe_site", "head_axis", "position_axis", "site_mask",
 ]
 
 Head = tuple[int, int]
@@ -131,6 +131,19 @@ def resolve_heads(n_layers: int, n_heads: int, heads: HeadSpec) -> list[Head]:
         if (layer, head) not in out:
             out.append((layer, head))
     return out
+
+
+def describe_site(layers: Sequence[int] | None, heads: Sequence[int] | None,
+                  positions: PositionSpec, all_layers: str = "") -> str:
+    """The layers / heads / positions part of an intervention's description.
+
+    Example:
+        >>> describe_site([1], None, None), describe_site(None, [0, 2], [3], all_layers=" all layers")
+        (' layers [1]', ' all layers heads [0, 2] chosen positions')
+    """
+    return "".join([f" layers {layers}" if layers is not None else all_layers,
+                    f" heads {heads}" if heads is not None else "",
+                    " chosen positions" if positions is not None else ""])
 
 
 def head_axis(hook_name: str) -> int | None:
