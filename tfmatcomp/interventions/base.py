@@ -18,9 +18,10 @@ Every intervention belongs to one *stage*:
     :class:`~tfmatcomp.interventions.PositionalPermutation`). ``applied`` gives the affected parameters
     new tensors (the ``nn.Parameter`` objects stay the same) and puts the original tensors back on
     exit, untouched, also after an exception; activations cached inside the context keep the values
-    they had (``hook_pos_embed`` is a view of ``W_pos``, for instance). As hooks
-    the affected activations are recomputed from the edited parameters
-    (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`), leaving the model untouched.
+    they had (``hook_pos_embed`` is a view of ``W_pos``, for instance). As hooks, the model's own
+    forward pass runs on the edited parameters, substituted at the first hook point and put back at
+    the last (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`); ``model.hooks()``
+    puts them back also when the forward pass stops early.
 ``"hooks"``
     edits activations at hook points (ablations, activation patching).
 
@@ -32,8 +33,8 @@ their hook points in list order*. Concretely, the composed hook list is ordered
 2. weight edits (stage ``"weights"``), applied one after the other in list order, each computed from
    the parameters as left by the previous one;
 3. activation edits (stage ``"hooks"``), in list order;
-4. read-only recorder hooks last at every hook point (used by weight edits in hook form to read the
-   final value of an activation that the real module would consume).
+4. read-only hooks last at every hook point (weight edits in hook form put the original parameters
+   back from one at ``hook_readout``).
 
 Hooks at one hook point run in the order they are registered, so two activation edits at the same
 point compose like functions: the later one sees the output of the earlier one.
