@@ -264,6 +264,63 @@ def test_override_hooks_each_parameter(model, batch):
     assert_same_weights(model, snap)
 
 
+def test_transplant_hooks_equal_a_model_with_the_donors_parameters(tiny_model, donor, batch):
+    """Hook form and applied are the model's own forward pass: bit-exact to a model loaded with
+    the donor's values, on the fused path too, activations included."""
+    t = WeightTransplant(donor, params="all_but_attn")
+    names = t.parameter_names(tiny_model)
+    ref = fresh_with(tiny_model, {n: donor.state_dict()[n] for n in names})
+    want, want_cache = ref.run_with_cache(batch.tokens)
+    with tiny_model.hooks(fwd_hooks=t.fwd_hooks(tiny_model)):
+        got, cache = tiny_model.run_with_cache(batch.tokens)
+    assert torch.equal(got, want)
+    for name in ("embed.hook_pos_embed", "blocks.0.ln1.hook_normalized", "blocks.1.hook_mlp_out"):
+        assert torch.equal(cache[name], want_cache[name]), name
+    with tiny_model.unfused(), ref.unfused():
+        want = ref(batch.tokens)
+        assert torch.equal(tiny_model.run_with_hooks(batch.tokens, fwd_hooks=t.fwd_hooks(tiny_model)), want)
+        assert torch.equal(t.run(tiny_model, batch.tokens), want)
+    assert tiny_model.active_hook_count() == 0
+
+
+def test_weight_hooks_restore_parameters_when_the_forward_stops_early(tiny_model, donor, batch):
+    snap = snapshot(tiny_model)
+    objects = dict(tiny_model.named_parameters())
+    t = WeightTransplant(donor, params="all")
+    hidden = tiny_model.run_with_hooks(batch.tokens, fwd_hooks=t.fwd_hooks(tiny_model),
+                                       return_type="hidden")          # hook_readout never runs
+    assert hidden.shape == (*batch.tokens.shape, tiny_model.cfg.d_model)
+
+    def boom(act, hook):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        tiny_model.run_with_hooks(batch.tokens, fwd_hooks=t.fwd_hooks(tiny_model) +
+                                  [("blocks.0.hook_attn_out", boom)])
+    assert tiny_model.active_hook_count() == 0
+    assert_same_weights(tiny_model, snap)
+    assert all(p is objects[n] for n, p in tiny_model.named_parameters())
+
+
+def test_weight_hooks_give_the_edited_models_gradients(tiny_model, donor, batch):
+    """Substituted tensors are constants of the graph: gradients are those of the donor-loaded
+    model for every other parameter, and none reach the replaced ones."""
+    t = WeightTransplant(donor, params="qkv")
+    names = set(t.parameter_names(tiny_model))
+    ref = fresh_with(tiny_model, {n: donor.state_dict()[n] for n in names})
+    with tiny_model.unfused(), ref.unfused():
+        tiny_model.zero_grad()
+        tiny_model.run_with_hooks(batch.tokens, fwd_hooks=t.fwd_hooks(tiny_model)).sum().backward()
+        ref(batch.tokens).sum().backward()
+    ref_grads = {n: p.grad for n, p in ref.named_parameters()}
+    for n, p in tiny_model.named_parameters():
+        if n in names:
+            assert p.grad is None, n
+        else:
+            torch.testing.assert_close(p.grad, ref_grads[n], rtol=0, atol=1e-6, msg=n)
+    tiny_model.zero_grad(set_to_none=True)
+
+
 # ------------------------------------------------------------------------- positional permutation
 def test_identity_permutation_is_a_noop(model, batch):
     clean = model(batch.tokens)

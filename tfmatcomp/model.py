@@ -159,11 +159,22 @@ class HookedEncoder(HookedRootModule):
         super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level,
                          prepend=prepend)
 
+    @contextlib.contextmanager
     def hooks(self, fwd_hooks=[], bwd_hooks=[], reset_hooks_end=True, clear_contexts=False):
-        for name, _ in list(fwd_hooks) + list(bwd_hooks):
+        """TransformerLens's ``hooks`` context, after checking the hook names. On exit, also when
+        the body raised, it calls ``fn.release()`` of every hook function that has one (weight
+        edits in hook form put the original parameters back that way)."""
+        pairs = list(fwd_hooks) + list(bwd_hooks)
+        for name, _ in pairs:
             self._check_hook_name(name)
-        return super().hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks,
-                             reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts)
+        try:
+            with super().hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks,
+                               reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts) as m:
+                yield m
+        finally:
+            for _, fn in pairs:
+                if callable(getattr(fn, "release", None)):
+                    fn.release()
 
     def run_with_cache(self, *model_args: Any, return_cache_object: bool = True,
                        remove_batch_dim: bool = False, **kwargs: Any):
@@ -279,15 +290,15 @@ class HookedEncoder(HookedRootModule):
 
         See :func:`tfmatcomp.convert.from_hf`.
         """
-        from tfmatcomp.convert import from_hf
+        from tfmatcomp.hf_mapping import build_from_hf
 
-        return from_hf(bert, readout, **overrides)
+        return build_from_hf(cls, bert, readout, **overrides)
 
     def to_hf(self):
         """The equivalent ``(transformers.BertModel, nn.Linear read-out)``.
 
         See :func:`tfmatcomp.convert.to_hf`.
         """
-        from tfmatcomp.convert import to_hf
+        from tfmatcomp.hf_mapping import to_hf
 
         return to_hf(self)

@@ -39,13 +39,18 @@ class BertEmbed(nn.Module):
         self.hook_pos_embed = HookPoint()  # [batch, pos, d_model]
         self.hook_token_type_embed = HookPoint()  # [batch, pos, d_model]
 
+    def token_embed(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
+        """``W_E[tokens]``, the value of ``hook_embed`` (also used by weight edits in hook form to
+        embed recovered token ids with a substituted ``W_E``)."""
+        return F.embedding(tokens, self.W_E, padding_idx=self.padding_idx)
+
     def forward(
         self,
         tokens: Int[Tensor, "batch pos"],
         token_type_ids: Int[Tensor, "batch pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
         n_pos = tokens.shape[1]
-        x = self.hook_embed(F.embedding(tokens, self.W_E, padding_idx=self.padding_idx))
+        x = self.hook_embed(self.token_embed(tokens))
         pos = self.hook_pos_embed(self.W_pos[:n_pos].unsqueeze(0).expand(tokens.shape[0], -1, -1))
         x = x + pos
         if self.W_token_type is not None:

@@ -4,17 +4,18 @@
 re-initializes one component group with the model's own initialization (a fresh
 :class:`~tfmatcomp.HookedEncoder` built from an explicit seed / generator, whose parameters in the
 group are copied over), freezes everything else and trains the group with
-:func:`tfmatcomp.train`, which logs the usual metrics. The groups (:data:`COMPONENT_GROUPS`) follow
-HuggingFace BERT's modules: ``attention`` (Q, K, V, O and the LayerNorm after attention),
-``mlp`` (both MLP layers and the LayerNorm after them), ``token_embed`` (``W_E``), ``pos_embed``
-(``W_pos``), plus ``embed`` (all embedding parameters including their LayerNorm) and ``all``.
+:func:`tfmatcomp.train`, which logs the usual metrics. The groups are those of
+:mod:`tfmatcomp.param_groups` (shared with weight transplants, :data:`COMPONENT_GROUPS` is a view),
+which follow HuggingFace BERT's modules: ``attention`` (alias ``attn``: Q, K, V, O and the
+LayerNorm after attention), ``mlp`` (both MLP layers and the LayerNorm after them),
+``token_embed`` (``W_E``), ``pos_embed`` (``W_pos``), plus ``embed`` (all embedding parameters
+including their LayerNorm), ``all`` and the finer groups used by transplants.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,44 +23,32 @@ import pandas as pd
 import torch
 
 from tfmatcomp.model import HookedEncoder
+from tfmatcomp.param_groups import GROUPS, group_parameter_names, group_predicate
+from tfmatcomp.validation import is_int
 
 __all__ = ["COMPONENT_GROUPS", "PAPER_COMPONENTS", "component_predicate", "component_parameter_names",
            "reinitialize_component", "train_component", "component_training"]
 
-_BLOCK = r"blocks\.\d+\."
-
-#: Parameter-name predicates of the component groups (names as in ``model.named_parameters()``).
-COMPONENT_GROUPS: dict[str, Callable[[str], bool]] = {
-    "attention": lambda n: re.match(_BLOCK + r"(attn|ln1)\.", n) is not None,
-    "mlp": lambda n: re.match(_BLOCK + r"(mlp|ln2)\.", n) is not None,
-    "token_embed": lambda n: n == "embed.W_E",
-    "pos_embed": lambda n: n == "embed.W_pos",
-    "embed": lambda n: n.startswith("embed."),
-    "all": lambda n: True,
-}
+#: The shared parameter groups (a view of :data:`tfmatcomp.param_groups.GROUPS`, aliases included).
+COMPONENT_GROUPS: Mapping[str, Callable[[str], bool]] = GROUPS
 #: The four groups of seed 002, Fig. 8.
 PAPER_COMPONENTS: tuple[str, ...] = ("attention", "mlp", "token_embed", "pos_embed")
 
 
 def component_predicate(group: str | Sequence[str]) -> Callable[[str], bool]:
-    """A predicate on parameter names selecting one group or the union of several.
+    """A predicate on parameter names selecting one group or the union of several
+    (:func:`tfmatcomp.param_groups.group_predicate`).
 
     Example:
         >>> pred = component_predicate("attention")
         >>> pred("blocks.0.attn.W_Q"), pred("blocks.0.ln1.w"), pred("blocks.0.mlp.W_in")
         (True, True, False)
     """
-    names = [group] if isinstance(group, str) else list(group)
-    unknown = [g for g in names if g not in COMPONENT_GROUPS]
-    if unknown or not names:
-        raise ValueError(f"group: unknown component group(s) {unknown or names}; choose from "
-                         f"{sorted(COMPONENT_GROUPS)}")
-    preds = [COMPONENT_GROUPS[g] for g in names]
-    return lambda name: any(p(name) for p in preds)
+    return group_predicate(group)
 
 
 def component_parameter_names(model: HookedEncoder, group: str | Sequence[str]) -> list[str]:
-    """Names of ``model``'s parameters in ``group``.
+    """Names of ``model``'s parameters in ``group`` (:func:`tfmatcomp.param_groups.group_parameter_names`).
 
     Example:
         >>> import tfmatcomp as tm
@@ -67,8 +56,7 @@ def component_parameter_names(model: HookedEncoder, group: str | Sequence[str]) 
         >>> component_parameter_names(m, "pos_embed")
         ['embed.W_pos']
     """
-    pred = component_predicate(group)
-    return [n for n, _ in model.named_parameters() if pred(n)]
+    return group_parameter_names(model, group)
 
 
 @torch.no_grad()
@@ -99,7 +87,7 @@ def reinitialize_component(
     if isinstance(seed, torch.Generator):
         fresh = HookedEncoder(model.cfg, seed=0)
         fresh.init_weights(seed)
-    elif isinstance(seed, int) and not isinstance(seed, bool):
+    elif is_int(seed):
         fresh = HookedEncoder(model.cfg, seed=seed)
     else:
         raise ValueError(f"seed: expected an int or a torch.Generator, got {type(seed).__name__}")

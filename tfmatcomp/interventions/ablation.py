@@ -35,8 +35,9 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
-from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, paper_label, resolve_heads,
-                                           resolve_hook_names, site_mask)
+from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, describe_site, paper_label,
+                                           resolve_heads, resolve_hook_names, site_mask)
+from tfmatcomp.validation import check_choice
 
 __all__ = ["UniformAttentionAblation", "MeanAttentionAblation", "ActivationAblation"]
 
@@ -184,8 +185,7 @@ class ActivationAblation(Intervention):
         positions: PositionSpec = None,
         mean_value: Tensor | Mapping[str, Tensor] | None = None,
     ):
-        if mode not in ("zero", "mean"):
-            raise ValueError(f"mode: must be 'zero' or 'mean', got {mode!r}")
+        check_choice("mode", mode, ("zero", "mean"))
         if mean_value is not None and mode != "mean":
             raise ValueError("mean_value: only allowed with mode='mean'")
         self.hooks = [hooks] if isinstance(hooks, str) else list(hooks)
@@ -197,9 +197,7 @@ class ActivationAblation(Intervention):
 
     def describe(self) -> str:
         where = ", ".join(self.hooks)
-        extra = "".join([f" layers {self.layers}" if self.layers is not None else "",
-                         f" heads {self.heads}" if self.heads is not None else "",
-                         " chosen positions" if self.positions is not None else ""])
+        extra = describe_site(self.layers, self.heads, self.positions)
         return f"{self.mode} ablation at {where}{extra} (0-based)"
 
     def acts_on(self, model) -> list[str]:

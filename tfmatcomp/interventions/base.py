@@ -18,9 +18,10 @@ Every intervention belongs to one *stage*:
     :class:`~tfmatcomp.interventions.PositionalPermutation`). ``applied`` gives the affected parameters
     new tensors (the ``nn.Parameter`` objects stay the same) and puts the original tensors back on
     exit, untouched, also after an exception; activations cached inside the context keep the values
-    they had (``hook_pos_embed`` is a view of ``W_pos``, for instance). As hooks
-    the affected activations are recomputed from the edited parameters
-    (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`), leaving the model untouched.
+    they had (``hook_pos_embed`` is a view of ``W_pos``, for instance). As hooks, the model's own
+    forward pass runs on the edited parameters, substituted at the first hook point and put back at
+    the last (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`); ``model.hooks()``
+    puts them back also when the forward pass stops early.
 ``"hooks"``
     edits activations at hook points (ablations, activation patching).
 
@@ -32,8 +33,8 @@ their hook points in list order*. Concretely, the composed hook list is ordered
 2. weight edits (stage ``"weights"``), applied one after the other in list order, each computed from
    the parameters as left by the previous one;
 3. activation edits (stage ``"hooks"``), in list order;
-4. read-only recorder hooks last at every hook point (used by weight edits in hook form to read the
-   final value of an activation that the real module would consume).
+4. read-only hooks last at every hook point (weight edits in hook form put the original parameters
+   back from one at ``hook_readout``).
 
 Hooks at one hook point run in the order they are registered, so two activation edits at the same
 point compose like functions: the later one sees the output of the earlier one.
@@ -60,47 +61,18 @@ Example:
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal, Mapping
+from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
-import torch
 from jaxtyping import Int
 from torch import Tensor
+
+from tfmatcomp.interventions.hook_fn import FwdHook, HookFn, order_hooks
+from tfmatcomp.interventions.weights import (assigned_parameters, checked_edits,
+                                             parameter_override_hooks)
 
 __all__ = ["Intervention", "Composition", "compose", "HookFn", "FwdHook", "STAGES", "order_hooks"]
 
 STAGES = ("tokens", "weights", "hooks")
-
-
-@dataclass(frozen=True)
-class HookFn:
-    """A TransformerLens hook function ``fn(activation, hook) -> new activation | None`` with a role.
-
-    ``role="edit"`` returns a replacement activation; ``role="read"`` only records the activation (it
-    returns None) and is ordered after every edit at its hook point when interventions compose.
-    ``label`` names the intervention it came from (shown in ``repr``).
-    """
-
-    fn: Callable[[Tensor, Any], Tensor | None]
-    role: Literal["edit", "read"] = "edit"
-    label: str = ""
-
-    def __call__(self, activation: Tensor, hook: Any = None) -> Tensor | None:
-        return self.fn(activation, hook)
-
-    def __repr__(self) -> str:
-        return f"HookFn({self.role}{': ' + self.label if self.label else ''})"
-
-
-FwdHook = tuple[str, Callable[..., Any]]
-
-
-def order_hooks(hooks: Iterable[FwdHook]) -> list[FwdHook]:
-    """Stable reorder: every read-only :class:`HookFn` after all edits (see module docs, step 4)."""
-    hooks = list(hooks)
-    edits = [h for h in hooks if getattr(h[1], "role", "edit") != "read"]
-    reads = [h for h in hooks if getattr(h[1], "role", "edit") == "read"]
-    return edits + reads
 
 
 class Intervention:
@@ -124,7 +96,13 @@ class Intervention:
 
     # ------------------------------------------------------------------ mechanics
     def fwd_hooks(self, model) -> list[FwdHook]:
-        """TransformerLens forward hooks ``[(hook_name, fn), ...]`` for ``model.run_with_hooks``."""
+        """TransformerLens forward hooks ``[(hook_name, fn), ...]`` for ``model.run_with_hooks``.
+
+        Stage ``"weights"``: the hooks of :func:`~tfmatcomp.interventions.weights.parameter_override_hooks`
+        for :meth:`weight_edits`; other stages implement it.
+        """
+        if self.stage == "weights":
+            return parameter_override_hooks(model, self.weight_edits(model), type(self).__name__)
         raise NotImplementedError
 
     def weight_edits(self, model, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
@@ -237,7 +215,7 @@ class Composition(Intervention):
             n: p.detach() for n, p in model.named_parameters()}
         edits: dict[str, Tensor] = {}
         for p in self._of("weights"):
-            new = p.weight_edits(model, current)
+            new = checked_edits(model, p.weight_edits(model, current), type(p).__name__)
             current.update(new)
             edits.update(new)
         return edits
@@ -248,8 +226,6 @@ class Composition(Intervention):
         return tokens
 
     def fwd_hooks(self, model) -> list[FwdHook]:
-        from tfmatcomp.interventions.weights import parameter_override_hooks
-
         hooks: list[FwdHook] = []
         for p in self._of("tokens"):
             hooks.extend(p.fwd_hooks(model))
@@ -268,39 +244,13 @@ class Composition(Intervention):
         for p in self._of("tokens") + self._of("hooks"):
             hooks.extend(p.fwd_hooks(model))
         hooks = order_hooks(hooks)
-        params = dict(model.named_parameters())
-        saved: dict[str, Tensor] = {}
-        try:
-            # 2. weight edits, one after the other, each from the parameters the previous one left
-            for p in self._of("weights"):
-                current = {n: q.detach() for n, q in params.items()}
-                new = p.weight_edits(model, current)
-                _check_edits(params, new, type(p).__name__)
-                for name, value in new.items():
-                    # swap storage rather than copy into it: the original tensor is put back on
-                    # exit untouched, and activations cached during the context that alias the
-                    # edited values (e.g. hook_pos_embed, a view of W_pos) keep showing them
-                    p = params[name]
-                    if name not in saved:
-                        saved[name] = p.data
-                    p.data = value.detach().to(device=p.device, dtype=p.dtype).clone()
-            # 3. hooks, removed by model.hooks() on exit even if the body raises
-            with ExitStack() as stack:
-                if hooks:
-                    stack.enter_context(model.hooks(fwd_hooks=hooks))
-                yield model
-        finally:
-            for name, original in saved.items():
-                params[name].data = original
-
-
-def _check_edits(params: Mapping[str, Tensor], edits: Mapping[str, Tensor], who: str) -> None:
-    for name, value in edits.items():
-        if name not in params:
-            raise ValueError(f"{who}: edits unknown parameter {name!r}")
-        if tuple(value.shape) != tuple(params[name].shape):
-            raise ValueError(f"{who}: new value of {name!r} has shape {tuple(value.shape)}, the "
-                             f"parameter has {tuple(params[name].shape)}")
+        # 2. weight edits, one after the other, each from the parameters the previous one left;
+        #    written into the parameters and put back on exit (assigned_parameters)
+        # 3. hooks, removed by model.hooks() on exit even if the body raises
+        with assigned_parameters(model, self.weight_edits(model)), ExitStack() as stack:
+            if hooks:
+                stack.enter_context(model.hooks(fwd_hooks=hooks))
+            yield model
 
 
 def compose(*interventions: Intervention | Iterable[Intervention]) -> Composition:

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from tfmatcomp.data import MatrixBatch
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
-from tfmatcomp.interventions.sites import PositionSpec, resolve_hook_names, site_mask
+from tfmatcomp.interventions.sites import PositionSpec, describe_site, resolve_hook_names, site_mask
 
 __all__ = ["ActivationPatch", "negation_patch"]
 
@@ -84,9 +84,7 @@ class ActivationPatch(Intervention):
 
     def describe(self) -> str:
         src = "a source run" if torch.is_tensor(self.source) else "recorded activations"
-        extra = "".join([f" layers {self.layers}" if self.layers is not None else " all layers",
-                         f" heads {self.heads}" if self.heads is not None else "",
-                         " chosen positions" if self.positions is not None else ""])
+        extra = describe_site(self.layers, self.heads, self.positions, all_layers=" all layers")
         return f"activation patch from {src} at {', '.join(self.hooks)}{extra} (0-based)"
 
     def acts_on(self, model) -> list[str]:

@@ -8,7 +8,8 @@ input now represents position pi(i)"), the new positional table is
 so the token at position ``j`` is added the embedding that used to mean position ``inverse(perm)[j]``.
 Only the first ``len(perm)`` rows are permuted (``perm`` is usually over the ``n^2`` positions of the
 task); rows beyond stay. Stage ``"weights"``: ``applied`` rewrites ``embed.W_pos`` and restores it
-bit-exactly; ``fwd_hooks`` replaces ``embed.hook_pos_embed`` ``[batch, pos, d_model]`` instead.
+bit-exactly; ``fwd_hooks`` substitutes the new table for the duration of each forward pass, so
+``embed.hook_pos_embed`` ``[batch, pos, d_model]`` shows the permuted rows.
 
 Example:
     >>> import torch, tfmatcomp as tm
@@ -24,13 +25,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
-from tfmatcomp.interventions.base import FwdHook, Intervention
-from tfmatcomp.interventions.weights import parameter_override_hooks
+from tfmatcomp.interventions.base import Intervention
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["PositionalPermutation"]
 
@@ -63,10 +64,8 @@ class PositionalPermutation(Intervention):
             self._perm: Tensor | None = p
         else:
             self._perm = None
-        if n_positions is not None and (not isinstance(n_positions, int) or n_positions < 1):
-            raise ValueError(f"n_positions: must be a positive integer, got {n_positions!r}")
         self.seed = seed
-        self.n_positions = n_positions
+        self.n_positions = check_positive_int("n_positions", n_positions, allow_none=True)
 
     def permutation(self, model=None) -> Tensor:
         """The permutation ``perm`` (CPU long tensor); needs ``model`` only for a seeded one without
@@ -97,6 +96,3 @@ class PositionalPermutation(Intervention):
         new = W.detach().clone()
         new[perm.to(W.device)] = W[:perm.numel()]
         return {"embed.W_pos": new}
-
-    def fwd_hooks(self, model) -> list[FwdHook]:
-        return parameter_override_hooks(model, self.weight_edits(model), label="positional permutation")

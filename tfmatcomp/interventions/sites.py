@@ -5,7 +5,8 @@ Layers and heads are 0-based in code. The papers write ``(layer, head)`` 1-based
 
 A *block-relative* hook name such as ``"attn.hook_z"`` or ``"hook_resid_pre"`` stands for that hook in
 every block (or in the blocks given by ``layers``); a full name such as ``"blocks.1.attn.hook_z"`` or
-``"embed.hook_pos_embed"`` stands for itself.
+``"embed.hook_pos_embed"`` stands for itself (:func:`tfmatcomp.hook_names.resolve_hook_names`,
+re-exported here).
 
 Example:
     >>> from tfmatcomp.interventions.sites import paper_heads, paper_label
@@ -24,9 +25,11 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
+from tfmatcomp.hook_names import resolve_hook_names  # re-exported: hook names live in hook_names.py
+
 __all__ = [
     "Head", "HeadSpec", "PositionSpec", "paper_heads", "paper_label", "resolve_heads",
-    "resolve_hook_names", "head_axis", "position_axis", "site_mask",
+    "resolve_hook_names", "describe_site", "head_axis", "position_axis", "site_mask",
 ]
 
 Head = tuple[int, int]
@@ -142,48 +145,17 @@ def resolve_heads(n_layers: int, n_heads: int, heads: HeadSpec) -> list[Head]:
     return out
 
 
-def resolve_hook_names(model, hooks: str | Iterable[str], layers: Iterable[int] | None = None) -> list[str]:
-    """Full hook names of ``model`` for full or block-relative names.
-
-    Args:
-        model: a :class:`~tfmatcomp.HookedEncoder` (anything with ``hook_dict`` and ``cfg.n_layers``).
-        hooks: one name or several; ``"attn.hook_z"`` expands to ``blocks.{l}.attn.hook_z``.
-        layers: 0-based layers for block-relative names (default: all).
-
-    Raises:
-        ValueError: unknown names or layers out of range.
+def describe_site(layers: Sequence[int] | None, heads: Sequence[int] | None,
+                  positions: PositionSpec, all_layers: str = "") -> str:
+    """The layers / heads / positions part of an intervention's description.
 
     Example:
-        >>> import tfmatcomp as tm
-        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=2, n_heads=2, d_model=8, d_mlp=8, n_ctx=4))
-        >>> resolve_hook_names(m, "attn.hook_z", layers=[1])
-        ['blocks.1.attn.hook_z']
+        >>> describe_site([1], None, None), describe_site(None, [0, 2], [3], all_layers=" all layers")
+        (' layers [1]', ' all layers heads [0, 2] chosen positions')
     """
-    names = [hooks] if isinstance(hooks, str) else list(hooks)
-    if not names:
-        raise ValueError("hooks: give at least one hook name")
-    n_layers = model.cfg.n_layers
-    if layers is None:
-        layer_list = list(range(n_layers))
-    else:
-        layer_list = [int(l) for l in layers]
-        bad = [l for l in layer_list if not 0 <= l < n_layers]
-        if bad:
-            raise ValueError(f"layers: {bad} out of range; allowed 0..{n_layers - 1} (0-based)")
-    out: list[str] = []
-    for name in names:
-        if not isinstance(name, str):
-            raise ValueError(f"hooks: expected hook names (str), got {name!r}")
-        if name in model.hook_dict:
-            full = [name]
-        elif f"blocks.0.{name}" in model.hook_dict:
-            full = [f"blocks.{l}.{name}" for l in layer_list]
-        else:
-            raise ValueError(f"hooks: {name!r} is not a hook of this model, neither full "
-                             f"(e.g. 'blocks.0.attn.hook_z') nor block-relative (e.g. 'attn.hook_z');"
-                             " see model.hook_dict")
-        out.extend(n for n in full if n not in out)
-    return out
+    return "".join([f" layers {layers}" if layers is not None else all_layers,
+                    f" heads {heads}" if heads is not None else "",
+                    " chosen positions" if positions is not None else ""])
 
 
 def head_axis(hook_name: str) -> int | None:

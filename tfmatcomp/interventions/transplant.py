@@ -2,22 +2,12 @@
 
 The papers copy the query, key and value weights and biases of all layers from one checkpoint into
 another (pre-shift -> post-shift and post-shift -> pre-shift), leaving the output projection and the
-LayerNorms alone; a second variant copies everything except attention. Named groups:
-
-==================  ==============================================================================
-group               parameters
-==================  ==============================================================================
-``"qkv"``           ``blocks.*.attn.W_Q, W_K, W_V, b_Q, b_K, b_V`` (default; the papers')
-``"attn_out"``      ``blocks.*.attn.W_O, b_O`` (output projections)
-``"attn"``          ``qkv`` + ``attn_out``
-``"mlp"``           ``blocks.*.mlp.W_in, b_in, W_out, b_out``
-``"embed"``         ``embed.W_E, embed.W_pos`` (and ``embed.W_token_type`` if present)
-``"ln"``            every LayerNorm: ``embed.ln.*``, ``blocks.*.ln1.*``, ``blocks.*.ln2.*``
-``"readout"``       ``readout.W, readout.b``
-``"all_but_attn"``  everything except ``blocks.*.attn.*`` (the papers' second variant)
-``"all"``           every parameter
-==================  ==============================================================================
-
+LayerNorms alone (group ``"qkv"``, the default); a second variant copies everything except attention
+(``"all_but_attn"``). ``params`` takes any group of :mod:`tfmatcomp.param_groups` (shared with
+component-wise training; ``"attention"`` includes ``ln1``, ``"mlp"`` includes ``ln2``, ``"embed"``
+includes ``embed.ln``; ``"attn"`` is an alias of ``"attention"``):
+``"qkv"``, ``"attn_out"``, ``"attention"``, ``"mlp"``, ``"embed"``, ``"token_embed"``,
+``"pos_embed"``, ``"ln"``, ``"readout"``, ``"all_but_attn"``, ``"all"``;
 or explicit parameter names (``"blocks.0.attn.W_Q"``), mixed freely. ``layers`` restricts block
 parameters to some layers (0-based); parameters outside blocks are not affected by it.
 
@@ -39,14 +29,14 @@ Example:
 
 from __future__ import annotations
 
-import re
 from typing import Callable, ClassVar, Iterable, Mapping
 
 import torch
 from torch import Tensor
 
-from tfmatcomp.interventions.base import FwdHook, Intervention
-from tfmatcomp.interventions.weights import parameter_override_hooks
+from tfmatcomp.interventions.base import Intervention
+from tfmatcomp.hook_names import check_layers
+from tfmatcomp.param_groups import GROUPS, group_predicate
 
 __all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
 
@@ -55,26 +45,8 @@ class DonorMismatchError(ValueError):
     """The donor's config or parameter shapes differ from the recipient's."""
 
 
-def _block(pattern: str) -> Callable[[str], bool]:
-    rx = re.compile(rf"blocks\.\d+\.{pattern}$")
-    return lambda n: bool(rx.match(n))
-
-
-_QKV = _block(r"attn\.[Wb]_[QKV]")
-_OUT = _block(r"attn\.[Wb]_O")
-
-TRANSPLANT_GROUPS: dict[str, Callable[[str], bool]] = {
-    "qkv": _QKV,
-    "attn_out": _OUT,
-    "attn": lambda n: _QKV(n) or _OUT(n),
-    "mlp": _block(r"mlp\..+"),
-    "embed": lambda n: n in ("embed.W_E", "embed.W_pos", "embed.W_token_type"),
-    "ln": lambda n: bool(re.match(r"(embed\.ln|blocks\.\d+\.ln[12])\.[wb]$", n)),
-    "readout": lambda n: n.startswith("readout."),
-    "all_but_attn": lambda n: not re.match(r"blocks\.\d+\.attn\.", n),
-    "all": lambda n: True,
-}
-"""Named parameter groups: name -> predicate on parameter names."""
+#: The shared parameter groups (a view of :data:`tfmatcomp.param_groups.GROUPS`, aliases included).
+TRANSPLANT_GROUPS: Mapping[str, Callable[[str], bool]] = GROUPS
 
 
 class WeightTransplant(Intervention):
@@ -82,15 +54,15 @@ class WeightTransplant(Intervention):
 
     Args:
         donor: a :class:`~tfmatcomp.HookedEncoder` with the same config as the recipient.
-        params: a group name, a parameter name, or a list of them (see the module table). Default
+        params: a group name (:mod:`tfmatcomp.param_groups`), a parameter name, or a list of them. Default
             ``"qkv"``: query, key and value weights and biases of all layers (the papers').
         layers: 0-based layers whose block parameters are transplanted (default: all).
         strict: True (default) refuses a donor whose config differs in any field; False only
             requires equal parameter shapes.
 
     Stage ``"weights"``: ``applied`` copies the donor's values into the recipient's parameters and
-    restores the originals bit-exactly on exit; ``fwd_hooks`` recomputes the affected activations
-    instead (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`).
+    restores the originals bit-exactly on exit; ``fwd_hooks`` substitutes them for the duration of
+    each forward pass instead (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`).
 
     Raises:
         DonorMismatchError: (when used) the donor's config or shapes do not match the recipient's.
@@ -99,9 +71,9 @@ class WeightTransplant(Intervention):
     Example:
         >>> import tfmatcomp as tm
         >>> cfg = tm.EncoderConfig(n_layers=2, n_heads=2, d_model=8, d_mlp=8, n_ctx=4)
-        >>> WeightTransplant(tm.HookedEncoder(cfg), params=["mlp", "blocks.0.ln1.w"], layers=[0]
+        >>> WeightTransplant(tm.HookedEncoder(cfg), params=["attn_out", "blocks.0.ln1.w"], layers=[0]
         ...                  ).parameter_names(tm.HookedEncoder(cfg))
-        ['blocks.0.ln1.w', 'blocks.0.mlp.W_in', 'blocks.0.mlp.b_in', 'blocks.0.mlp.W_out', 'blocks.0.mlp.b_out']
+        ['blocks.0.attn.W_O', 'blocks.0.attn.b_O', 'blocks.0.ln1.w']
     """
 
     stage: ClassVar[str] = "weights"
@@ -126,18 +98,15 @@ class WeightTransplant(Intervention):
         names = [n for n, _ in model.named_parameters()]
         chosen: set[str] = set()
         for item in self.params:
-            if item in TRANSPLANT_GROUPS:
-                chosen.update(n for n in names if TRANSPLANT_GROUPS[item](n))
+            if item in GROUPS:
+                chosen.update(filter(group_predicate(item), names))
             elif item in names:
                 chosen.add(item)
             else:
-                raise ValueError(f"params: {item!r} is neither a group {sorted(TRANSPLANT_GROUPS)} "
+                raise ValueError(f"params: {item!r} is neither a group {sorted(GROUPS)} "
                                  f"nor a parameter name of the model (e.g. {names[1]!r})")
         if self.layers is not None:
-            bad = [l for l in self.layers if not 0 <= l < model.cfg.n_layers]
-            if bad:
-                raise ValueError(f"layers: {bad} out of range 0..{model.cfg.n_layers - 1} (0-based)")
-            keep = {f"blocks.{l}." for l in self.layers}
+            keep = {f"blocks.{l}." for l in check_layers(self.layers, model.cfg.n_layers)}
             chosen = {n for n in chosen if not n.startswith("blocks.") or
                       any(n.startswith(k) for k in keep)}
         if not chosen:
@@ -169,6 +138,3 @@ class WeightTransplant(Intervention):
         own = dict(model.named_parameters())
         return {n: donor_params[n].detach().to(device=own[n].device, dtype=own[n].dtype).clone()
                 for n in self.parameter_names(model)}
-
-    def fwd_hooks(self, model) -> list[FwdHook]:
-        return parameter_override_hooks(model, self.weight_edits(model), label="transplant")
