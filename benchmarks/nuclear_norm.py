@@ -46,7 +46,7 @@ def cvxpy_default_solver(values, observed, n_rows: int, n_cols: int, lam: float 
     builds it)."""
     import cvxpy as cp
 
-    from tfmatcomp.baselines import _cvxpy_fresh_problem
+    from tfmatcomp.baselines.cvxpy_path import _cvxpy_fresh_problem
 
     A = (values[0].double() * observed[0]).reshape(n_rows, n_cols).numpy()
     M = observed[0].reshape(n_rows, n_cols).double().numpy()
