@@ -19,13 +19,13 @@ from typing import Literal, Mapping
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, loss_values, predict, resolve_models,
-                                          sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROUP_VALUES,
                                              PAPER_HEAD_GROUPS, POST)
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,
                                      paper_label, resolve_heads)
 from tfmatcomp.interventions.sites import HeadSpec
+from tfmatcomp.validation import renamed_argument
 
 __all__ = ["attention_ablation", "head_group_ablation", "head_ablation_scan"]
 
@@ -54,7 +54,8 @@ def attention_ablation(
     variant: Variant = "uniform",
     n_samples: int = 256,
     seed: int = 0,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (seed 000 Sections 3.1.2, 3.2.1).
 
@@ -78,6 +79,7 @@ def attention_ablation(
         >>> df["paper_4l8h_L_mask"].tolist()
         [0.0128, 0.2183]
     """
+    batch_size = renamed_argument("attention_ablation", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -88,7 +90,7 @@ def attention_ablation(
         for condition, iv in (("baseline", None), ("ablated", abl)):
             ref = paper.get(condition, {})
             rows.append({"model": label, "heads": _heads_text(chosen), "variant": variant,
-                         "condition": condition, **loss_values(predict(model, batch, iv, chunk_size), batch),
+                         "condition": condition, **loss_values(predict(model, batch, iv, batch_size), batch),
                          "paper_4l8h_L_obs": ref.get("L_obs", _NAN),
                          "paper_4l8h_L_mask": ref.get("L_mask", _NAN)})
     df = pd.DataFrame(rows)
@@ -131,7 +133,8 @@ def head_group_ablation(
     variant: Variant = "uniform",
     n_samples: int = 256,
     seed: int = 0,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Ablate each group of heads on its own; losses without / with and their ratio (seed 002 App. L).
 
@@ -157,14 +160,15 @@ def head_group_ablation(
         >>> df[["group", "heads_paper"]].values.tolist()
         [['first', '(1,1-2)'], ['second', '(2,4)']]
     """
+    batch_size = renamed_argument("head_group_ablation", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
         spec = _groups(groups, model.cfg.n_layers, model.cfg.n_heads)
         batch = sample_batch(task, n_samples, seed, model.device)
-        base = loss_values(predict(model, batch, None, chunk_size), batch)
+        base = loss_values(predict(model, batch, None, batch_size), batch)
         for name, heads in spec.items():
-            with_ = loss_values(predict(model, batch, _ablation(heads, variant), chunk_size), batch)
+            with_ = loss_values(predict(model, batch, _ablation(heads, variant), batch_size), batch)
             row = {"model": label, "group": name, "heads_paper": paper_label(heads), "heads": heads}
             for k in ("L", "L_obs", "L_mask"):
                 row[f"{k}_without"], row[f"{k}_with"] = base[k], with_[k]
@@ -189,7 +193,8 @@ def head_ablation_scan(
     variant: Variant = "uniform",
     n_samples: int = 256,
     seed: int = 0,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Ablate every head alone; the change in ``metric`` (ablated minus baseline) as a layers x heads table.
 
@@ -210,16 +215,17 @@ def head_ablation_scan(
         >>> scan.shape, scan.index.name, scan.columns.name
         ((2, 4), 'layer', 'head')
     """
+    batch_size = renamed_argument("head_ablation_scan", "chunk_size", chunk_size, "batch_size", batch_size)
     if metric not in ("L", "L_obs", "L_mask"):
         raise ValueError(f"metric: must be 'L', 'L_obs' or 'L_mask', got {metric!r}")
     named, task = resolve_models(models, task)
     tables, baselines = {}, {}
     for label, model in named.items():
         batch = sample_batch(task, n_samples, seed, model.device)
-        base = loss_values(predict(model, batch, None, chunk_size), batch)[metric]
+        base = loss_values(predict(model, batch, None, batch_size), batch)[metric]
         grid = []
         for l in range(model.cfg.n_layers):
-            grid.append([loss_values(predict(model, batch, _ablation([(l, h)], variant), chunk_size),
+            grid.append([loss_values(predict(model, batch, _ablation([(l, h)], variant), batch_size),
                                      batch)[metric] - base for h in range(model.cfg.n_heads)])
         table = pd.DataFrame(grid)
         table.index.name, table.columns.name = "layer", "head"

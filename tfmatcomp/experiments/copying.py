@@ -23,11 +23,11 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, loss_values, predict, resolve_models,
-                                          sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
 from tfmatcomp.interventions import MaskSubstitution
 from tfmatcomp.metrics import L_mask_prime
+from tfmatcomp.validation import renamed_argument
 
 __all__ = ["copying_check"]
 
@@ -40,19 +40,20 @@ def copying_check(
     seed: int = 0,
     mask_values: Iterable[float | None] = (None, 0.44, -0.24),
     random_matrices: bool = True,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``L'_mask`` and ``L_obs`` with MASK replaced by the token of ``m`` (Table 1 of seed 000).
 
     Args:
         models: a model, a checkpoint path, or ``{label: model or path}`` (see
-            :mod:`tfmatcomp.experiments.common`).
+            :mod:`tfmatcomp.datapath`).
         task: the matrix task (default: the checkpoints' own).
         n_samples: matrices per input kind (paper: 512).
         seed: seeds the low-rank batch (``seed``) and the random batch (``seed + 1``).
         mask_values: ``None`` keeps MASK (``m = 0``); numbers are substituted.
         random_matrices: also run on full-rank matrices with iid entries.
-        chunk_size: matrices per forward pass.
+        batch_size: matrices per forward pass (``chunk_size`` is its deprecated name).
 
     Returns:
         One row per (model, inputs, mask): ``model``, ``inputs`` (``"rank-r"`` or ``"random"``),
@@ -67,6 +68,7 @@ def copying_check(
         >>> df.loc[0, "inputs"], df.loc[0, "mask"], float(df.loc[0, "paper_4l8h_L_mask_prime"])
         ('rank-1', '0.44', 0.0004)
     """
+    batch_size = renamed_argument("copying_check", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     kinds = [(f"rank-{task.rank}" if task.rank is not None else "random", "low-rank", task, seed)]
     if random_matrices and task.rank is not None:
@@ -80,7 +82,7 @@ def copying_check(
                 iv = None if value is None else MaskSubstitution(value)
                 m = 0.0 if value is None else float(value)
                 mask = "MASK" if value is None else f"{float(value):g}"
-                pred = predict(model, batch, iv, chunk_size)
+                pred = predict(model, batch, iv, batch_size)
                 losses = loss_values(pred, batch)
                 paper = PAPER_COPYING.get(paper_kind if task.rank is not None else "random", {}).get(
                     mask, {}) if label == PRE else {}

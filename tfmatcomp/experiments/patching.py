@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, predict, resolve_models, sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
 from tfmatcomp.interventions import ActivationPatch
 from tfmatcomp.metrics import masked_mse
+from tfmatcomp.validation import renamed_argument
 
 __all__ = ["activation_patching"]
 
@@ -35,7 +36,8 @@ def activation_patching(
     per_layer: bool = True,
     n_samples: int = 256,
     seed: int = 0,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``MSE(f_p, X)`` and ``MSE(f_p, -X)`` at masked and observed entries, for patched layer sets.
 
@@ -51,6 +53,7 @@ def activation_patching(
         0-based), ``entries`` (``"masked"`` / ``"observed"``), ``mse_to_X``, ``mse_to_neg_X``,
         ``paper_4l8h_mse_to_X``, ``paper_4l8h_mse_to_neg_X`` (all layers, masked, post-shift).
     """
+    batch_size = renamed_argument("activation_patching", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -66,7 +69,7 @@ def activation_patching(
                 # the chunk of -X being run; its source is the matching chunk of X (same rows)
                 def iv(chunk, layers=layers):
                     return ActivationPatch(chunk.negated(), hooks=hook, layers=layers)
-            f_p = predict(model, neg, iv, chunk_size)
+            f_p = predict(model, neg, iv, batch_size)
             for entries, where in (("masked", x.masked), ("observed", x.observed)):
                 ref = PAPER_PATCHING.get(entries, {}) if (
                     label == POST and patched == "all" and hook == "attn.hook_z") else {}

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelsLike, TaskLike, check_positive, loss_values, predict,
-                                          resolve_models, sample_batch)
+from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
 from tfmatcomp.interventions import PositionalPermutation
+from tfmatcomp.validation import check_positive_int, renamed_argument
 
 __all__ = ["positional_permutation"]
 
@@ -32,7 +32,8 @@ def positional_permutation(
     n_samples: int = 256,
     seed: int = 0,
     n_permutations: int = 1,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Losses with randomly permuted positional embeddings.
 
@@ -47,19 +48,20 @@ def positional_permutation(
         ``permutation_seed``, ``L``, ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``,
         ``paper_4l8h_L_mask`` (post-shift, permuted rows).
     """
-    check_positive("n_permutations", n_permutations)
+    batch_size = renamed_argument("positional_permutation", "chunk_size", chunk_size, "batch_size", batch_size)
+    check_positive_int("n_permutations", n_permutations)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
         batch = sample_batch(task, n_samples, seed, model.device)
         rows.append({"model": label, "condition": "baseline", "permutation_seed": None,
-                     **loss_values(predict(model, batch, None, chunk_size), batch),
+                     **loss_values(predict(model, batch, None, batch_size), batch),
                      "paper_4l8h_L_obs": float("nan"), "paper_4l8h_L_mask": float("nan")})
         ref = PAPER_PERMUTATION.get(label, {})
         for k in range(n_permutations):
             iv = PositionalPermutation(seed=seed + k, n_positions=task.n_positions)
             rows.append({"model": label, "condition": "permuted", "permutation_seed": seed + k,
-                         **loss_values(predict(model, batch, iv, chunk_size), batch),
+                         **loss_values(predict(model, batch, iv, batch_size), batch),
                          "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
                          "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
     df = pd.DataFrame(rows)

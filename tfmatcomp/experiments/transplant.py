@@ -20,10 +20,10 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.experiments.common import (ModelLike, TaskLike, loss_values, predict, resolve_models,
-                                          sample_batch)
+from tfmatcomp.datapath import ModelLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
 from tfmatcomp.interventions import WeightTransplant
+from tfmatcomp.validation import renamed_argument
 
 __all__ = ["weight_transplant"]
 
@@ -37,7 +37,8 @@ def weight_transplant(
     labels: tuple[str, str] = (PRE, POST),
     n_samples: int = 256,
     seed: int = 0,
-    chunk_size: int = 256,
+    batch_size: int = 256,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Losses of each model with the other's ``params`` transplanted, both directions.
 
@@ -56,6 +57,7 @@ def weight_transplant(
         ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask`` (the papers' Q/K/V
         numbers; the baselines are their unablated losses).
     """
+    batch_size = renamed_argument("weight_transplant", "chunk_size", chunk_size, "batch_size", batch_size)
     first, second = (str(x) for x in labels)
     if first == second:
         raise ValueError(f"labels: must differ, got {labels!r}")
@@ -67,14 +69,14 @@ def weight_transplant(
     for label in (first, second):
         ref = PAPER_ABLATION_ALL[label]["baseline"] if paper_labels else {}
         rows.append({"recipient": label, "donor": "none", "params": "none",
-                     **loss_values(predict(named[label], batch, None, chunk_size), batch),
+                     **loss_values(predict(named[label], batch, None, batch_size), batch),
                      "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
                      "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
     for recipient, donor in ((first, second), (second, first)):
         iv = WeightTransplant(named[donor], params=params)
         ref = PAPER_TRANSPLANT.get((recipient, donor), {}) if (params == "qkv" and paper_labels) else {}
         rows.append({"recipient": recipient, "donor": donor, "params": what,
-                     **loss_values(predict(named[recipient], batch, iv, chunk_size), batch),
+                     **loss_values(predict(named[recipient], batch, iv, batch_size), batch),
                      "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
                      "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
     df = pd.DataFrame(rows)

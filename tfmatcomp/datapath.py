@@ -1,0 +1,392 @@
+"""The library's one data path: models in, a seeded batch, a chunked forward, losses out.
+
+Every analysis walks the same steps::
+
+    load_model / resolve_models      a HookedEncoder, a checkpoint or run directory -> model(s)
+    sample_batch                     task.sample(n, generator=CPU Generator().manual_seed(seed)) -> device
+    run_chunked / iter_chunks        model(tokens) batch_size matrices at a time, optionally with
+                                     fwd_hooks, an Intervention, or names to cache
+    loss_values                      tfmatcomp.losses(...) as plain floats
+
+Conventions (also in docs/concepts/conventions.md): ``n_samples`` is how many matrices, ``batch_size``
+how many go through one forward pass (a memory bound only: results do not depend on it beyond float
+rounding), ``seed`` an int that seeds a CPU ``torch.Generator`` (so a seed gives the same matrices on
+every device), ``generator`` an explicit generator passed instead of a seed. Hook names come from
+:mod:`tfmatcomp.hook_names`.
+
+Forward passes run under ``torch.no_grad()``. Without hooks or cache names a chunk runs as the plain
+``model(tokens)`` (the fused kernels); with cache names it runs ``model.run_with_cache(...,
+names_filter=names)``, exactly as an analysis calling it directly would.
+
+Example:
+    >>> import tfmatcomp as tm
+    >>> from tfmatcomp.datapath import run_chunked, sample_batch, loss_values
+    >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+    >>> batch = sample_batch(tm.get_preset("tiny").task.build(), 5, seed=0)
+    >>> preds, cache = run_chunked(model, batch, batch_size=2, names=["blocks.0.attn.hook_pattern"])
+    >>> preds.shape, cache["blocks.0.attn.hook_pattern"].shape
+    (torch.Size([5, 16]), torch.Size([5, 4, 16, 16]))
+    >>> sorted(loss_values(preds, batch))
+    ['L', 'L_mask', 'L_obs']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tfmatcomp.config import TaskConfig, get_preset
+from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.metrics import losses
+from tfmatcomp.model import HookedEncoder
+from tfmatcomp.validation import check_positive_int, renamed_argument
+
+__all__ = [
+    "ModelLike", "ModelsLike", "TaskLike", "Inputs", "InterventionLike", "Chunk",
+    "load_model", "load_model_info", "load_checkpoints", "resolve_models", "resolve_task",
+    "sample_batch", "iter_chunks", "run_chunked", "predict", "loss_values",
+]
+
+ModelLike = Union[HookedEncoder, str, os.PathLike]
+ModelsLike = Union[ModelLike, Mapping[str, ModelLike]]
+TaskLike = Union[MatrixCompletionTask, TaskConfig, str, None]
+Inputs = Union[MatrixBatch, Int[Tensor, "batch pos"]]
+#: None, an Intervention (anything with ``.applied(model)``), or a function of the chunk returning one.
+InterventionLike = Any
+
+
+# ------------------------------------------------------------------------------------- models
+def load_model_info(model: ModelLike, device: torch.device | str | None = None
+                    ) -> tuple[HookedEncoder, TaskConfig | None, str]:
+    """``(model, task config or None, label)`` for a model or a checkpoint / run directory.
+
+    A model is moved to ``device`` (when given) and labelled ``"model"``; a path is loaded with
+    :func:`tfmatcomp.checkpoint.load_checkpoint_info` and labelled ``"step N"``.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> m, cfg, label = load_model_info(tm.HookedEncoder(tm.get_preset("tiny").model))
+        >>> cfg, label
+        (None, 'model')
+    """
+    if isinstance(model, HookedEncoder):
+        return (model if device is None else model.to(device)), None, "model"
+    if isinstance(model, (str, os.PathLike)):
+        from tfmatcomp.checkpoint import load_checkpoint_info
+
+        m, info = load_checkpoint_info(model, device=device)
+        label = f"step {info.step}" if info.step is not None else str(model)
+        return m, info.task_cfg, label
+    raise TypeError(f"models: expected a HookedEncoder, a checkpoint path, or a mapping of them, "
+                    f"got {type(model).__name__}")
+
+
+def load_model(model: ModelLike, device: torch.device | str | None = None) -> HookedEncoder:
+    """A :class:`~tfmatcomp.HookedEncoder` from itself or a checkpoint / run directory.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> m = tm.HookedEncoder(tm.get_preset("tiny").model)
+        >>> load_model(m) is m
+        True
+    """
+    return load_model_info(model, device)[0]
+
+
+def load_checkpoints(checkpoints, device: torch.device | str | None = None) -> dict[int, HookedEncoder]:
+    """Checkpoints as ``{step: HookedEncoder}``, sorted by step.
+
+    Accepts a dict ``step -> HookedEncoder | path``, a list of checkpoint paths, or a run directory
+    (its ``checkpoints/step_*`` folders). Paths are loaded with
+    :func:`tfmatcomp.checkpoint.load_checkpoint_info` (the step is read from the checkpoint's metadata).
+
+    Example:
+        >>> from tfmatcomp import HookedEncoder, EncoderConfig
+        >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
+        >>> list(load_checkpoints({20: m, 10: m}))
+        [10, 20]
+    """
+    if isinstance(checkpoints, (str, Path)):
+        from tfmatcomp.checkpoint import list_checkpoints
+
+        checkpoints = list_checkpoints(checkpoints)
+    out: dict[int, HookedEncoder] = {}
+    if isinstance(checkpoints, Mapping):
+        for step, m in checkpoints.items():
+            out[int(step)] = load_model(m, device) if isinstance(m, (str, Path)) else m
+    else:
+        from tfmatcomp.checkpoint import load_checkpoint_info
+
+        for path in checkpoints:
+            model, info = load_checkpoint_info(path, device=device)
+            if info.step is None:
+                raise ValueError(f"checkpoints: {path} has no step in its metadata; pass a dict "
+                                 "step -> path instead")
+            out[int(info.step)] = model
+    if not out:
+        raise ValueError("checkpoints: need at least one checkpoint")
+    return dict(sorted(out.items()))
+
+
+def resolve_task(task: TaskLike, found: Sequence[TaskConfig | None] | None = None) -> MatrixCompletionTask:
+    """A :class:`~tfmatcomp.MatrixCompletionTask` from a task, a task config, a preset name, or (when
+    None) the first task config found in the checkpoints.
+
+    Example:
+        >>> resolve_task("tiny").n_rows
+        4
+    """
+    if isinstance(task, MatrixCompletionTask):
+        return task
+    if isinstance(task, TaskConfig):
+        return task.build()
+    if isinstance(task, str):
+        return get_preset(task).task.build()
+    if task is None:
+        for cfg in found or []:
+            if cfg is not None:
+                return cfg.build()
+        raise ValueError("task: give a MatrixCompletionTask, a TaskConfig or a preset name (the "
+                         "models carry no task config)")
+    raise TypeError(f"task: expected a MatrixCompletionTask, TaskConfig or preset name, got "
+                    f"{type(task).__name__}")
+
+
+def resolve_models(
+    models: ModelsLike,
+    task: TaskLike = None,
+    device: torch.device | str | None = None,
+) -> tuple[dict[str, HookedEncoder], MatrixCompletionTask]:
+    """``({label: model}, task)`` from the experiments' ``models`` and ``task`` arguments.
+
+    A single model is labelled ``"model"``, a single checkpoint ``"step N"``.
+
+    Raises:
+        ValueError: no task could be found, or the task needs more positions than a model has.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> models, task = resolve_models(tm.HookedEncoder(tm.get_preset("tiny").model), "tiny")
+        >>> list(models), task.n_rows
+        (['model'], 4)
+    """
+    items = models.items() if isinstance(models, Mapping) else [(None, models)]
+    out: dict[str, HookedEncoder] = {}
+    found: list[TaskConfig | None] = []
+    for label, m in items:
+        model, task_cfg, default = load_model_info(m, device)
+        out[str(label) if label is not None else default] = model
+        found.append(task_cfg)
+    if not out:
+        raise ValueError("models: give at least one model")
+    task = resolve_task(task, found)
+    for label, model in out.items():
+        if task.n_positions > model.cfg.n_ctx:
+            raise ValueError(f"task: {task.n_rows}x{task.n_cols} matrices need {task.n_positions} "
+                             f"positions but model {label!r} has n_ctx {model.cfg.n_ctx}")
+    return out, task
+
+
+# ------------------------------------------------------------------------------------ samples
+def sample_batch(
+    task: MatrixCompletionTask | TaskConfig | str,
+    n_samples: int,
+    seed: int | None = None,
+    device: torch.device | str | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    observed: Tensor | None = None,
+) -> MatrixBatch:
+    """``n_samples`` matrices of ``task``, drawn on the CPU and moved to ``device``.
+
+    Args:
+        task: a task, a task config or a preset name.
+        n_samples: how many matrices.
+        seed: seeds a fresh CPU ``torch.Generator`` (default 0), so a seed gives the same matrices
+            on every device.
+        device: where the batch goes (default: stays on the CPU / the generator's device).
+        generator: an explicit generator instead of ``seed`` (it advances; give one or the other).
+        observed: a fixed mask ``[pos]`` or ``[n_samples, pos]`` (see :mod:`tfmatcomp.masks`) instead
+            of the task's random masks.
+
+    Example:
+        >>> a = sample_batch("tiny", 3, seed=0)
+        >>> b = sample_batch("tiny", 3, generator=torch.Generator().manual_seed(0))
+        >>> a.tokens.shape, bool((a.tokens == b.tokens).all())
+        (torch.Size([3, 16]), True)
+    """
+    check_positive_int("n_samples", n_samples)
+    if generator is not None and seed is not None:
+        raise ValueError("seed, generator: give one or the other, not both")
+    if generator is None:
+        generator = torch.Generator().manual_seed(int(0 if seed is None else seed))
+    task = resolve_task(task)
+    batch = task.sample(n_samples, generator=generator, observed=observed)
+    return batch if device is None else batch.to(device)
+
+
+# ------------------------------------------------------------------------------------ forward
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of a chunked forward pass (see :func:`iter_chunks`).
+
+    Attributes:
+        start: index of the chunk's first matrix in the whole input.
+        inputs: the chunk, a :class:`~tfmatcomp.MatrixBatch` or tokens, on the model's device.
+        predictions: ``model(tokens)`` of the chunk, or None with ``return_predictions=False``.
+        cache: the cached activations of the chunk by hook name (empty without ``names``).
+    """
+
+    start: int
+    inputs: Inputs
+    predictions: Tensor | None
+    cache: dict[str, Tensor]
+
+    @property
+    def tokens(self) -> Int[Tensor, "chunk pos"]:
+        """The chunk's token ids."""
+        return self.inputs.tokens if isinstance(self.inputs, MatrixBatch) else self.inputs
+
+
+def _intervention_for(intervention: InterventionLike, chunk: Inputs):
+    if callable(intervention) and not hasattr(intervention, "applied"):
+        return intervention(chunk)
+    return intervention
+
+
+@torch.no_grad()
+def iter_chunks(
+    model: HookedEncoder,
+    inputs: Inputs,
+    *,
+    batch_size: int = 256,
+    names: Sequence[str] | None = None,
+    fwd_hooks: Sequence[tuple[str, Callable]] = (),
+    intervention: InterventionLike = None,
+    return_predictions: bool = True,
+) -> Iterator[Chunk]:
+    """Run ``model`` on ``inputs`` ``batch_size`` matrices at a time, yielding each :class:`Chunk`.
+
+    For analyses that accumulate over chunks (mean attention maps, head scores) instead of keeping
+    every activation; :func:`run_chunked` concatenates the chunks.
+
+    Args:
+        model: a :class:`~tfmatcomp.HookedEncoder`.
+        inputs: a :class:`~tfmatcomp.MatrixBatch` or token ids ``[batch, pos]``; each chunk is moved
+            to the model's device.
+        batch_size: matrices per forward pass.
+        names: hook names to cache (via ``model.run_with_cache(names_filter=names)``); see
+            :mod:`tfmatcomp.hook_names`.
+        fwd_hooks: ``(hook name, function)`` pairs active during each forward pass.
+        intervention: None, an :class:`~tfmatcomp.interventions.Intervention`, or a function of the
+            chunk returning one (e.g. a patch from that chunk); applied with ``.applied(model)``.
+        return_predictions: False to skip the read-out (``return_type=None``) when only the cache
+            is wanted.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+        >>> tokens = sample_batch("tiny", 5, seed=0).tokens
+        >>> [(c.start, c.tokens.shape[0]) for c in iter_chunks(model, tokens, batch_size=2)]
+        [(0, 2), (2, 2), (4, 1)]
+    """
+    check_positive_int("batch_size", batch_size)
+    names = list(names) if names is not None else None
+    n = inputs.batch_size if isinstance(inputs, MatrixBatch) else inputs.shape[0]
+    device = model.device
+    for start in range(0, n, batch_size):
+        chunk = inputs[start:start + batch_size].to(device)
+        tokens = chunk.tokens if isinstance(chunk, MatrixBatch) else chunk
+        iv = _intervention_for(intervention, chunk)
+        with ExitStack() as stack:
+            if iv is not None:
+                stack.enter_context(iv.applied(model))
+            if fwd_hooks:
+                stack.enter_context(model.hooks(fwd_hooks=list(fwd_hooks)))
+            return_type = "predictions" if return_predictions else None
+            if names is None:
+                preds, cache = model(tokens, return_type=return_type), {}
+            else:
+                preds, cache = model.run_with_cache(tokens, names_filter=names, return_type=return_type)
+                cache = {name: cache[name] for name in names}
+        yield Chunk(start=start, inputs=chunk, predictions=preds, cache=cache)
+
+
+def run_chunked(
+    model: HookedEncoder,
+    inputs: Inputs,
+    *,
+    batch_size: int = 256,
+    names: Sequence[str] | None = None,
+    fwd_hooks: Sequence[tuple[str, Callable]] = (),
+    intervention: InterventionLike = None,
+    return_predictions: bool = True,
+) -> tuple[Float[Tensor, "batch pos"] | None, dict[str, Tensor]]:
+    """``(predictions, cache)`` of ``model`` on all of ``inputs``, concatenated over chunks.
+
+    The arguments are those of :func:`iter_chunks`; ``cache`` holds each of ``names`` over the
+    whole input (empty without names), ``predictions`` is None with ``return_predictions=False``.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+        >>> batch = sample_batch("tiny", 3, seed=0)
+        >>> preds, _ = run_chunked(model, batch, batch_size=2)
+        >>> bool(torch.allclose(preds, model(batch.tokens), atol=1e-5))
+        True
+    """
+    preds: list[Tensor] = []
+    caches: dict[str, list[Tensor]] = {}
+    for chunk in iter_chunks(model, inputs, batch_size=batch_size, names=names, fwd_hooks=fwd_hooks,
+                             intervention=intervention, return_predictions=return_predictions):
+        if chunk.predictions is not None:
+            preds.append(chunk.predictions)
+        for name, act in chunk.cache.items():
+            caches.setdefault(name, []).append(act)
+    return (torch.cat(preds) if preds else None), {k: torch.cat(v) for k, v in caches.items()}
+
+
+def predict(
+    model: HookedEncoder,
+    batch: MatrixBatch,
+    intervention: InterventionLike = None,
+    batch_size: int = 256,
+    *,
+    chunk_size: int | None = None,
+) -> Float[Tensor, "batch pos"]:
+    """Predictions on ``batch``, ``batch_size`` matrices at a time, with ``intervention`` applied.
+
+    Args:
+        intervention: None, an :class:`~tfmatcomp.interventions.Intervention`, or a function of the
+            chunk (a :class:`~tfmatcomp.MatrixBatch`) returning one (e.g. a patch from that chunk).
+        chunk_size: deprecated name of ``batch_size``.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+        >>> predict(model, sample_batch("tiny", 3, seed=0), batch_size=2).shape
+        torch.Size([3, 16])
+    """
+    batch_size = renamed_argument("predict", "chunk_size", chunk_size, "batch_size", batch_size)
+    preds, _ = run_chunked(model, batch, batch_size=batch_size, intervention=intervention)
+    return preds
+
+
+def loss_values(predictions: Tensor, batch: MatrixBatch) -> dict[str, float]:
+    """``L``, ``L_obs``, ``L_mask`` as floats (from :func:`tfmatcomp.losses`).
+
+    Example:
+        >>> b = sample_batch("tiny", 2, seed=0)
+        >>> loss_values(b.values, b)["L"]
+        0.0
+    """
+    out = losses(predictions, batch.to(predictions.device))
+    return {k: float(out[k].detach()) for k in ("L", "L_obs", "L_mask")}
