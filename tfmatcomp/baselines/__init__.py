@@ -53,7 +53,6 @@ from tfmatcomp.baselines.compare import (
     PAPER_LAMBDA_TABLE,
     PAPER_LAMBDAS,
     PAPER_P_MASKS,
-    as_task,
     compare_with_model,
     comparison_row,
     lambda_table,
@@ -63,13 +62,15 @@ from tfmatcomp.baselines.complete import Method, complete_nuclear_norm  # noqa: 
 from tfmatcomp.baselines.cvxpy_path import solve_nuclear_norm_cvxpy
 from tfmatcomp.baselines.solution import NuclearNormSolution, batch_losses, nuclear_norm
 from tfmatcomp.baselines.solver import solve_nuclear_norm_torch
+from tfmatcomp.datapath import resolve_task
 
-# The names tfmatcomp.ood imported while they were private; kept so that it works unchanged.
-_as_task = as_task
+# The names tfmatcomp.ood imported while they were private, kept so that it works unchanged
+# (tfmatcomp.datapath.resolve_task and comparison_row are the public ones).
+_as_task = resolve_task
 _row = comparison_row
 
 __all__ = [
     "NuclearNormSolution", "nuclear_norm", "solve_nuclear_norm_torch", "solve_nuclear_norm_cvxpy",
     "complete_nuclear_norm", "batch_losses", "model_predictions", "compare_with_model", "lambda_table",
-    "as_task", "comparison_row", "PAPER_LAMBDA_TABLE", "PAPER_P_MASKS", "PAPER_LAMBDAS",
+    "comparison_row", "PAPER_LAMBDA_TABLE", "PAPER_P_MASKS", "PAPER_LAMBDAS",
 ]

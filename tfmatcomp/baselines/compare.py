@@ -20,9 +20,11 @@ from torch import Tensor
 from tfmatcomp.baselines.complete import Method, complete_nuclear_norm
 from tfmatcomp.baselines.solution import batch_losses, nuclear_norm
 from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.datapath import resolve_task, sample_batch
+from tfmatcomp.validation import check_positive_int
 
 __all__ = [
-    "compare_with_model", "lambda_table", "model_predictions", "as_task", "comparison_row",
+    "compare_with_model", "lambda_table", "model_predictions", "comparison_row",
     "PAPER_LAMBDA_TABLE", "PAPER_P_MASKS", "PAPER_LAMBDAS",
 ]
 
@@ -41,27 +43,11 @@ PAPER_LAMBDAS: tuple[float, ...] = tuple(PAPER_LAMBDA_TABLE)
 PAPER_P_MASKS: tuple[float, ...] = tuple(round(0.1 + 0.05 * i, 2) for i in range(11))
 
 
-def as_task(task: Any) -> MatrixCompletionTask:
-    """``task`` as a :class:`~tfmatcomp.MatrixCompletionTask`: a task is returned as is, a
-    :class:`~tfmatcomp.TaskConfig` (anything with ``build()``) is built.
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> as_task(tm.TaskConfig(n_rows=4, rank=1)).n_positions
-        16
-    """
-    if isinstance(task, MatrixCompletionTask):
-        return task
-    build = getattr(task, "build", None)
-    if callable(build):
-        return build()
-    raise ValueError(f"task: expected a MatrixCompletionTask or a TaskConfig, got {type(task).__name__}")
-
-
 @torch.no_grad()
 def model_predictions(model, batch: MatrixBatch) -> Float[Tensor, "batch pos"]:
     """``model(batch.tokens)`` in eval mode on the model's device (the normal forward path), returned
-    on the batch's device.
+    on the batch's device. Any ``nn.Module`` mapping tokens to ``[batch, pos]`` predictions will do
+    (:func:`tfmatcomp.datapath.predict` is the chunked one for a :class:`~tfmatcomp.HookedEncoder`).
 
     Example:
         >>> import torch, tfmatcomp as tm
@@ -113,7 +99,7 @@ def compare_with_model(
     model,
     p_masks: Sequence[float] = PAPER_P_MASKS,
     *,
-    task=None,
+    task: Any = None,
     n_samples: int = 256,
     seed: int = 0,
     lam: float | None = None,
@@ -129,8 +115,8 @@ def compare_with_model(
     Args:
         model: a :class:`~tfmatcomp.HookedEncoder` (or anything mapping tokens to ``[batch, pos]``).
         p_masks: masking probabilities (default: 0.1, 0.15, ..., 0.6 as in the papers' code).
-        task: the matrix distribution (MatrixCompletionTask or TaskConfig); its ``p_mask`` is
-            replaced. Default: 7x7 rank 2.
+        task: the matrix distribution (MatrixCompletionTask, TaskConfig or preset name; see
+            :func:`tfmatcomp.datapath.resolve_task`); its ``p_mask`` is replaced. Default: 7x7 rank 2.
         n_samples: matrices per ``p_mask``.
         lam: None compares with Eq. 1 (the papers' figure), a number with Eq. 2.
         method: nuclear-norm solver (``"torch"`` or ``"cvxpy"``).
@@ -148,16 +134,15 @@ def compare_with_model(
         >>> df[["p_mask", "method"]].values.tolist()
         [[0.2, 'model'], [0.2, 'nuclear_norm'], [0.4, 'model'], [0.4, 'nuclear_norm']]
     """
-    base = as_task(task) if task is not None else MatrixCompletionTask(n_rows=7, rank=2)
-    if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples: must be a positive integer, got {n_samples!r}")
-    gen = torch.Generator().manual_seed(seed)
+    base = resolve_task(task) if task is not None else MatrixCompletionTask(n_rows=7, rank=2)
+    check_positive_int("n_samples", n_samples)
+    gen = torch.Generator().manual_seed(seed)   # one generator: the batches are drawn in order
     rows = []
     for p in p_masks:
         t = MatrixCompletionTask(n_rows=base.n_rows, n_cols=base.n_cols, rank=base.rank,
                                  p_mask=float(p), distribution=base.distribution,
                                  tokenizer=base.tokenizer)
-        batch = t.sample(n_samples, generator=gen)
+        batch = sample_batch(t, n_samples, generator=gen)
         true_norm = float(nuclear_norm(batch.matrices.to(torch.float64)).mean())
         preds = model_predictions(model, batch)
         meta = dict(p_mask=float(p), true_nuclear_norm=true_norm)
@@ -172,7 +157,7 @@ def compare_with_model(
 def lambda_table(
     lams: Sequence[float] = PAPER_LAMBDAS,
     *,
-    task=None,
+    task: Any = None,
     n_samples: int = 256,
     seed: int = 0,
     method: Method = "torch",
@@ -182,8 +167,9 @@ def lambda_table(
 ) -> pd.DataFrame:
     """The regularized nuclear-norm table of seed 000, Appendix D: ``L_obs, L_mask, L`` per lambda.
 
-    All lambdas are solved on the same ``n_samples`` matrices from ``task`` (default 7x7, rank 2,
-    p_mask 0.3), drawn with a generator seeded by ``seed``.
+    All lambdas are solved on the same ``n_samples`` matrices from ``task`` (a MatrixCompletionTask,
+    TaskConfig or preset name; default 7x7, rank 2, p_mask 0.3), drawn with a generator seeded by
+    ``seed`` (:func:`tfmatcomp.datapath.sample_batch`).
 
     Args:
         lams: regularization weights (default: the paper's 5e-4, 1e-3, 1.5e-3, 2e-3, 5e-3).
@@ -201,10 +187,8 @@ def lambda_table(
         >>> df["lam"].tolist()
         [0.001, 0.005]
     """
-    base = as_task(task) if task is not None else MatrixCompletionTask(n_rows=7, rank=2, p_mask=0.3)
-    if not isinstance(n_samples, int) or n_samples < 1:
-        raise ValueError(f"n_samples: must be a positive integer, got {n_samples!r}")
-    batch = base.sample(n_samples, generator=torch.Generator().manual_seed(seed))
+    base = resolve_task(task) if task is not None else MatrixCompletionTask(n_rows=7, rank=2, p_mask=0.3)
+    batch = sample_batch(base, n_samples, seed=seed)
     rows = []
     nan = float("nan")
     todo: list[float | None] = [float(lam) for lam in lams] + ([None] if include_constrained else [])

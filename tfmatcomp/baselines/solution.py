@@ -21,6 +21,7 @@ from torch import Tensor
 
 from tfmatcomp.data import MatrixBatch
 from tfmatcomp.metrics import losses
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["NuclearNormSolution", "nuclear_norm", "batch_losses", "check_problem"]
 
@@ -115,10 +116,19 @@ def batch_losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch,
 
 
 def check_problem(values: Tensor, observed: Tensor, n_rows: int, n_cols: int,
-                   lam: float | None) -> None:
-    for name, v in (("n_rows", n_rows), ("n_cols", n_cols)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+                  lam: float | None) -> None:
+    """ValueError unless ``values`` / ``observed`` are ``[batch, n_rows * n_cols]`` (bool mask, finite
+    observed values) and ``lam`` is None or a positive number: the inputs of both solvers.
+
+    Example:
+        >>> check_problem(torch.zeros(2, 4), torch.ones(2, 4, dtype=torch.bool), 2, 2, None)
+        >>> check_problem(torch.zeros(2, 4), torch.ones(2, 4, dtype=torch.bool), 2, 2, -1.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: lam: must be a positive number (or None for the constrained problem), got -1.0
+    """
+    check_positive_int("n_rows", n_rows)
+    check_positive_int("n_cols", n_cols)
     if not torch.is_tensor(values) or values.ndim != 2 or values.shape[1] != n_rows * n_cols:
         shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
         raise ValueError(f"values: expected shape [batch, {n_rows * n_cols}] for {n_rows}x{n_cols} "

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from tfmatcomp.baselines.smoothing import _barrier_coefficients, _smoothed
 from tfmatcomp.baselines.solution import NuclearNormSolution, check_problem
+from tfmatcomp.validation import check_in_range, check_positive_int
 
 __all__ = ["solve_nuclear_norm_torch"]
 
@@ -300,14 +301,10 @@ def solve_nuclear_norm_torch(
         ('optimal', 'optimal', 'optimal')
     """
     check_problem(values, observed, n_rows, n_cols, lam)
-    for name, v, lo, hi in (("tol", tol, 0.0, 1.0), ("shrink", shrink, 0.0, 1.0)):
-        if not (isinstance(v, (int, float)) and lo < v < hi):
-            raise ValueError(f"{name}: must lie in ({lo}, {hi}), got {v!r}")
-    if not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter: must be a positive integer, got {max_iter!r}")
-    if chunk_entries is not None and (not isinstance(chunk_entries, int)
-                                      or isinstance(chunk_entries, bool) or chunk_entries < 1):
-        raise ValueError(f"chunk_entries: must be a positive integer or None, got {chunk_entries!r}")
+    check_in_range("tol", tol, 0.0, 1.0, closed=False)
+    check_in_range("shrink", shrink, 0.0, 1.0, closed=False)
+    check_positive_int("max_iter", max_iter)
+    check_positive_int("chunk_entries", chunk_entries, allow_none=True)
     if not dtype.is_floating_point:
         raise ValueError(f"dtype: must be a floating dtype, got {dtype}")
 

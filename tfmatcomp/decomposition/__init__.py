@@ -44,8 +44,9 @@ Example:
 
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
 from tfmatcomp.decomposition.batch import decompose, decompose_cache
-from tfmatcomp.decomposition.drivers import accumulate, hf_bert_modules, residual_pass, residual_stream_names
+from tfmatcomp.decomposition.drivers import accumulate, hf_bert_modules, residual_pass
 from tfmatcomp.decomposition.result import Decomposition
+from tfmatcomp.hook_names import residual_stream_names
 
 __all__ = [
     "Decomposition",

@@ -28,6 +28,7 @@ from tfmatcomp.decomposition.formula import (
     valid_weights,
 )
 from tfmatcomp.decomposition.result import Decomposition
+from tfmatcomp.validation import is_int
 
 __all__ = ["DecompositionAccumulator"]
 
@@ -136,7 +137,7 @@ class DecompositionAccumulator:
 
     def __init__(self, *, drop_first: int = 0, keep_ctx: bool = True, second_moment: bool = True,
                  dtype: torch.dtype = torch.float64, device: torch.device | str | None = None):
-        if not isinstance(drop_first, int) or isinstance(drop_first, bool) or drop_first < 0:
+        if not is_int(drop_first) or drop_first < 0:
             raise ValueError(f"drop_first: must be a non-negative integer, got {drop_first!r}")
         if not dtype.is_floating_point:
             raise ValueError(f"dtype: must be a floating-point dtype, got {dtype}")

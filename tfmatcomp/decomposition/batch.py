@@ -26,6 +26,7 @@ from tfmatcomp.decomposition.formula import (
     valid_weights,
 )
 from tfmatcomp.decomposition.result import Decomposition
+from tfmatcomp.hook_names import block_hook_name
 
 __all__ = ["decompose", "decompose_cache"]
 
@@ -93,19 +94,6 @@ def decompose(
                          centered_gram=cg, start=drop_first, name=name)
 
 
-def _act_name(name: str, layer: int | None) -> str:
-    if layer is None:
-        return name
-    if not isinstance(layer, int) or isinstance(layer, bool) or layer < 0:
-        raise ValueError(f"layer: must be a non-negative integer, got {layer!r}")
-    if name.startswith("blocks."):
-        raise ValueError(f"name: give either a full hook name or a per-block name with layer=, "
-                         f"got {name!r} and layer={layer}")
-    if "." not in name and not name.startswith("hook_"):
-        name = "hook_" + name
-    return f"blocks.{layer}.{name}"
-
-
 def decompose_cache(
     cache: Mapping[str, Tensor],
     name: str,
@@ -133,7 +121,7 @@ def decompose_cache(
         >>> decompose_cache(cache, "resid_pre", 1).pos.shape
         torch.Size([16, 64])
     """
-    full = _act_name(name, layer)
+    full = block_hook_name(name, layer)
     try:
         h = cache[full]
     except KeyError:

@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
@@ -22,37 +21,9 @@ from torch import Tensor, nn
 
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
 from tfmatcomp.decomposition.result import Decomposition
+from tfmatcomp.hook_names import residual_stream_names
 
-__all__ = ["accumulate", "residual_pass", "residual_stream_names", "hf_bert_modules"]
-
-
-def residual_stream_names(model: nn.Module) -> list[str]:
-    """Hook names of the residual stream between blocks, ``h^(0), ..., h^(L)`` in the paper's terms.
-
-    ``blocks.{l}.hook_resid_pre`` for every block (``h^(l)``, the input of block ``l``; ``l = 0`` is
-    the embedding output), then the last block's output (``hook_normalized_resid_post`` in a post-LN
-    model, else ``hook_resid_post``): ``L + 1`` names, matching the paper's "Layer 0..L" columns.
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> residual_stream_names(tm.HookedEncoder(tm.get_preset("tiny").model))
-        ['blocks.0.hook_resid_pre', 'blocks.1.hook_resid_pre', 'blocks.1.hook_normalized_resid_post']
-    """
-    hook_dict = getattr(model, "hook_dict", None)
-    if not hook_dict:
-        raise ValueError(f"model: {type(model).__name__} has no TransformerLens hook_dict; pass "
-                         "names= or modules= explicitly")
-    pat = re.compile(r"^blocks\.(\d+)\.hook_resid_pre$")
-    layers = sorted(int(m.group(1)) for n in hook_dict if (m := pat.match(n)))
-    if not layers:
-        raise ValueError("model: no blocks.{l}.hook_resid_pre hooks found; pass names= explicitly")
-    names = [f"blocks.{l}.hook_resid_pre" for l in layers]
-    last = layers[-1]
-    for suffix in ("hook_normalized_resid_post", "hook_resid_post"):
-        if f"blocks.{last}.{suffix}" in hook_dict:
-            names.append(f"blocks.{last}.{suffix}")
-            break
-    return names
+__all__ = ["accumulate", "residual_pass", "hf_bert_modules"]
 
 
 def hf_bert_modules(bert: nn.Module) -> dict[str, nn.Module]:

@@ -31,6 +31,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tfmatcomp.validation import check_int_in_range
+
 __all__ = ["centered_means", "split_contexts", "masked", "valid_weights"]
 
 
@@ -64,9 +66,7 @@ def check_mask(mask: Any, h: Tensor, name: str = "mask") -> Tensor | None:
 
 def check_drop_first(drop_first: Any, T: int) -> int:
     """``drop_first`` if it is an integer in ``[0, T - 1]`` (it must leave a position)."""
-    if not isinstance(drop_first, int) or isinstance(drop_first, bool) or not 0 <= drop_first < max(T, 1):
-        raise ValueError(f"drop_first: must be an integer in [0, {max(T - 1, 0)}], got {drop_first!r}")
-    return drop_first
+    return check_int_in_range("drop_first", drop_first, 0, max(T - 1, 0))
 
 
 # --------------------------------------------------------------------------- the formula
