@@ -23,6 +23,7 @@ import time
 import torch
 
 import tfmatcomp as tm
+from tfmatcomp.datapath import load_model, run_chunked, sample_batch
 from tfmatcomp.decomposition import DecompositionAccumulator, accumulate, residual_stream_names
 
 
@@ -55,14 +56,11 @@ def main() -> None:
     device = torch.device(args.device)
 
     preset = tm.get_preset("tiny")
-    if args.checkpoint:
-        model = tm.load_checkpoint(args.checkpoint, device=device)
-    else:
-        model = tm.HookedEncoder(preset.model, seed=0).to(device)
+    model = load_model(args.checkpoint or tm.HookedEncoder(preset.model, seed=0), device=device)
     model.eval()
-    task = preset.task.build()
-    g = torch.Generator(device=device).manual_seed(0) if device.type == "cuda" else torch.Generator().manual_seed(0)
-    tokens = [task.sample(args.batch_size, generator=g, device=device).tokens for _ in range(args.batches)]
+    g = torch.Generator().manual_seed(0)   # the same matrices on every device
+    tokens = [sample_batch(preset.task, args.batch_size, generator=g, device=device).tokens
+              for _ in range(args.batches)]
     n_tokens = sum(t.numel() for t in tokens)
     names = residual_stream_names(model)
 
@@ -76,10 +74,8 @@ def main() -> None:
         t_fwd = _time(forward_only, args.repeats, device)
         t_acc = _time(lambda: accumulate(model, tokens, names, progress=False), args.repeats, device)
 
-        cached = []
-        for t in tokens:
-            _, cache = model.run_with_cache(t, names_filter=names, return_type=None)
-            cached.append({n: cache[n] for n in names})
+        cached = [run_chunked(model, t, batch_size=t.shape[0], names=names, return_predictions=False)[1]
+                  for t in tokens]
 
         def update_only():
             acc = DecompositionAccumulator()

@@ -33,6 +33,7 @@ import tfmatcomp as tm
 from tfmatcomp.baselines import (
     batch_losses, nuclear_norm, solve_nuclear_norm_cvxpy, solve_nuclear_norm_torch,
 )
+from tfmatcomp.datapath import sample_batch
 
 
 def _timed(fn):
@@ -46,7 +47,7 @@ def cvxpy_default_solver(values, observed, n_rows: int, n_cols: int, lam: float 
     builds it)."""
     import cvxpy as cp
 
-    from tfmatcomp.baselines import _cvxpy_fresh_problem
+    from tfmatcomp.baselines.cvxpy_path import _cvxpy_fresh_problem
 
     A = (values[0].double() * observed[0]).reshape(n_rows, n_cols).numpy()
     M = observed[0].reshape(n_rows, n_cols).double().numpy()
@@ -80,7 +81,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
 
     task = tm.MatrixCompletionTask(n_rows=args.n_rows, rank=args.rank, p_mask=args.p_mask)
-    batch = task.sample(args.n_problems, generator=torch.Generator().manual_seed(args.seed))
+    batch = sample_batch(task, args.n_problems, seed=args.seed)
     v, o, n, lam = batch.values, batch.observed, args.n_rows, args.lam
     kind = "constrained (Eq. 1)" if lam is None else f"regularized (Eq. 2), lambda={lam}"
     default = cvxpy_default_solver(v, o, n, n, lam)

@@ -178,7 +178,7 @@ def test_accumulator_memory_does_not_grow_with_batches():
     small, large = run(2, True), run(40, True)
     assert len(small.retained_tensors()) == len(large.retained_tensors())
     growth = large.nbytes() - small.nbytes()
-    per_layer_ctx_capacity = large._states[0].ctx_mean.shape[0]
+    per_layer_ctx_capacity = large._states[0].ctx_sum.shape[0]
     assert per_layer_ctx_capacity < 2 * 8 * 40
     assert growth <= 2 * (per_layer_ctx_capacity * (6 + 1) * 8)
 

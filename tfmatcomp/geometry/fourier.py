@@ -21,6 +21,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tfmatcomp.geometry.similarity import cosine_matrix
+from tfmatcomp.validation import check_int_in_range
 
 __all__ = ["gram_dct", "low_frequency_energy"]
 
@@ -65,8 +66,7 @@ def low_frequency_energy(coefficients: Float[Tensor, "n n"], k: int, *, include_
     if not torch.is_tensor(coefficients) or coefficients.ndim != 2:
         raise ValueError("coefficients: expected a 2-D tensor")
     n = min(coefficients.shape)
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= n:
-        raise ValueError(f"k: must be an integer in [1, {n}], got {k!r}")
+    check_int_in_range("k", k, 1, n)
     e = coefficients.detach().to(torch.float64) ** 2
     if not include_dc:
         e = e.clone()

@@ -29,6 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tfmatcomp.geometry.pca import pca
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["GridShares", "row_column_r2", "pos_pca"]
 
@@ -43,9 +44,8 @@ class GridShares:
 
 
 def _grid(pos: Tensor, n_rows: int, n_cols: int) -> Tensor:
-    for name, v in (("n_rows", n_rows), ("n_cols", n_cols)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+    check_positive_int("n_rows", n_rows)
+    check_positive_int("n_cols", n_cols)
     if not torch.is_tensor(pos) or pos.ndim != 2 or pos.shape[0] != n_rows * n_cols:
         shape = tuple(pos.shape) if torch.is_tensor(pos) else type(pos).__name__
         raise ValueError(f"pos: expected [{n_rows * n_cols}, d] (one row per matrix entry, no "
@@ -98,9 +98,7 @@ def pos_pca(
     t = torch.arange(start, start + pos.shape[0])
     data: dict[str, object] = {"t": t.numpy()}
     if n_rows is not None:
-        n_cols = n_rows if n_cols is None else n_cols
-        if not isinstance(n_cols, int) or n_cols < 1:
-            raise ValueError(f"n_cols: must be a positive integer, got {n_cols!r}")
+        n_cols = check_positive_int("n_cols", n_rows if n_cols is None else n_cols)
         data["row"] = (t // n_cols).numpy()
         data["col"] = (t % n_cols).numpy()
     for i in range(n_components):

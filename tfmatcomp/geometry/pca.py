@@ -15,6 +15,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tfmatcomp.validation import check_int_in_range
+
 __all__ = ["PCAResult", "pca"]
 
 
@@ -52,8 +54,7 @@ def pca(vectors: Float[Tensor, "n d"], n_components: int = 2) -> PCAResult:
     if vectors.ndim != 2 or vectors.shape[0] < 2:
         raise ValueError(f"vectors: expected [n >= 2, d], got shape {tuple(vectors.shape)}")
     k_max = min(vectors.shape)
-    if not isinstance(n_components, int) or not 1 <= n_components <= k_max:
-        raise ValueError(f"n_components: must be an integer in [1, {k_max}], got {n_components!r}")
+    check_int_in_range("n_components", n_components, 1, k_max)
     x = vectors.detach().to(torch.float64)
     mean = x.mean(0)
     xc = x - mean

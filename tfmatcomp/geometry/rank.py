@@ -26,6 +26,8 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tfmatcomp.validation import check_in_range
+
 __all__ = [
     "ScreeNOTResult",
     "screenot",
@@ -149,10 +151,8 @@ def screenot_singular_values(
         >>> round(screenot_singular_values(3 * y, gamma=1.0, k=2).threshold / 3, 5)
         10.51849
     """
-    if not (isinstance(gamma, (int, float)) and 0 < gamma <= 1):
-        raise ValueError(f"gamma: must lie in (0, 1], got {gamma!r}")
-    if not (isinstance(rtol, (int, float)) and 0 < rtol < 1):
-        raise ValueError(f"rtol: must lie in (0, 1), got {rtol!r}")
+    check_in_range("gamma", gamma, 0.0, 1.0, closed=(False, True))
+    check_in_range("rtol", rtol, 0.0, 1.0, closed=False)
     y = np.sort(np.asarray(torch.as_tensor(singular_values).detach().cpu(),
                            dtype=np.float64).ravel())[::-1].copy()
     if y.size == 0 or not np.all(np.isfinite(y)) or np.any(y < 0):

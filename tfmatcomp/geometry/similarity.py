@@ -16,6 +16,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tfmatcomp.validation import check_non_negative, check_positive_int
+
 __all__ = [
     "cosine_matrix",
     "Incoherence",
@@ -114,9 +116,7 @@ def cluster_similarity(
     """
     x = _rows(vectors, "vectors")
     labels = _labels(labels, x.shape[0]).to(x.device)
-    if n_components is not None:
-        if not isinstance(n_components, int) or n_components < 1:
-            raise ValueError(f"n_components: must be a positive integer, got {n_components!r}")
+    if check_positive_int("n_components", n_components, allow_none=True) is not None:
         u, s, _ = torch.linalg.svd(x, full_matrices=False)
         x = u[:, :n_components] * s[:n_components]
     cos = cosine_matrix(x, x)
@@ -157,12 +157,9 @@ def cluster_separation(
     """
     x = _rows(vectors, "vectors")
     labels = _labels(labels, x.shape[0]).to(x.device)
-    if not (isinstance(ridge, (int, float)) and ridge >= 0):
-        raise ValueError(f"ridge: must be >= 0, got {ridge!r}")
+    check_non_negative("ridge", ridge)
     x = x - x.mean(0)
-    if n_components is not None:
-        if not isinstance(n_components, int) or n_components < 1:
-            raise ValueError(f"n_components: must be a positive integer, got {n_components!r}")
+    if check_positive_int("n_components", n_components, allow_none=True) is not None:
         _, _, vh = torch.linalg.svd(x, full_matrices=False)
         x = x @ vh[:n_components].T
     N, d = x.shape

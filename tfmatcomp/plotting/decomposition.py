@@ -32,6 +32,7 @@ from tfmatcomp.geometry.fourier import gram_dct
 from tfmatcomp.geometry.pca import pca
 from tfmatcomp.geometry.qk import COMPONENTS, QKComponents
 from tfmatcomp.geometry.similarity import normalized_gram
+from tfmatcomp.validation import check_int_in_range
 
 __all__ = ["pos_pca_figure", "gram_figure", "spectrum_figure", "qk_figure"]
 
@@ -233,8 +234,7 @@ def qk_figure(
         raise ValueError(f"head: {head!r} is not among the decomposed heads {heads}")
     hi = heads.index(head)
     B = components.pos_pos.shape[0]
-    if not isinstance(batch_index, int) or not 0 <= batch_index < B:
-        raise ValueError(f"batch_index: must be an integer in [0, {B - 1}], got {batch_index!r}")
+    check_int_in_range("batch_index", batch_index, 0, B - 1)
     panels = {name: getattr(components, name)[batch_index, hi] for name in COMPONENTS}
     panels["scores"] = (components.scores[batch_index, hi] if components.scores is not None
                         else components.total()[batch_index, hi])

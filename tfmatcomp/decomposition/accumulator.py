@@ -1,0 +1,285 @@
+"""The streaming path: :class:`DecompositionAccumulator`, the sufficient statistics of the
+decomposition over batches, for many layers at once.
+
+Example:
+    >>> import torch
+    >>> acc = DecompositionAccumulator()
+    >>> acc.update({"layer": torch.randn(4, 3, 2, generator=torch.Generator().manual_seed(0))})
+    >>> acc.names, acc.n_contexts("layer")
+    (['layer'], 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+from jaxtyping import Bool, Float
+from torch import Tensor
+
+from tfmatcomp.decomposition.formula import (
+    centered_means,
+    check_activations,
+    check_mask,
+    masked,
+    split_contexts,
+    valid_weights,
+)
+from tfmatcomp.decomposition.result import Decomposition
+from tfmatcomp.validation import is_int
+
+__all__ = ["DecompositionAccumulator"]
+
+
+class _LayerState:
+    """Running sums for one layer (all float64 by default)."""
+
+    def __init__(self, d: int, dtype: torch.dtype, device: torch.device, keep_ctx: bool,
+                 second_moment: bool):
+        self.d = d
+        self.dtype, self.device = dtype, device
+        self.pos_sum = torch.zeros(0, d, dtype=dtype, device=device)  # [T, d]
+        self.pos_counts = torch.zeros(0, dtype=dtype, device=device)  # [T]
+        self.keep_ctx = keep_ctx
+        self.ctx_sum = torch.zeros(0, d, dtype=dtype, device=device) if keep_ctx else None
+        self.ctx_counts = torch.zeros(0, dtype=dtype, device=device) if keep_ctx else None
+        self.raw_gram = torch.zeros(d, d, dtype=dtype, device=device) if second_moment else None
+        self.n_contexts = 0
+
+    def _grow_positions(self, T: int) -> None:
+        if T > self.pos_sum.shape[0]:
+            extra = T - self.pos_sum.shape[0]
+            self.pos_sum = torch.cat([self.pos_sum, self.pos_sum.new_zeros(extra, self.d)])
+            self.pos_counts = torch.cat([self.pos_counts, self.pos_counts.new_zeros(extra)])
+
+    def _grow_contexts(self, C: int) -> None:
+        need = self.n_contexts + C
+        cap = self.ctx_sum.shape[0]
+        if need > cap:  # amortized doubling: a constant number of tensors, O(C d) numbers
+            new_cap = max(need, 2 * cap, 16)
+            sums = self.ctx_sum.new_zeros(new_cap, self.d)
+            sums[:cap] = self.ctx_sum
+            counts = self.ctx_counts.new_zeros(new_cap)
+            counts[:cap] = self.ctx_counts
+            self.ctx_sum, self.ctx_counts = sums, counts
+
+    def update(self, h: Tensor, mask: Tensor | None) -> None:
+        C, T, d = h.shape
+        h = h.to(device=self.device, dtype=self.dtype)
+        hm = masked(h, None if mask is None else mask.to(self.device))
+        w = valid_weights(h, mask)
+        self._grow_positions(T)
+        self.pos_sum[:T] += hm.sum(0)
+        self.pos_counts[:T] += w.sum(0)
+        if self.keep_ctx:
+            self._grow_contexts(C)
+            self.ctx_sum[self.n_contexts:self.n_contexts + C] = hm.sum(1)
+            self.ctx_counts[self.n_contexts:self.n_contexts + C] = w.sum(1)
+        if self.raw_gram is not None:
+            flat = hm.reshape(-1, d)
+            self.raw_gram += flat.T @ flat
+        self.n_contexts += C
+
+    def tensors(self) -> list[Tensor]:
+        out = [self.pos_sum, self.pos_counts]
+        if self.keep_ctx:
+            out += [self.ctx_sum, self.ctx_counts]
+        if self.raw_gram is not None:
+            out.append(self.raw_gram)
+        return out
+
+    def stats(self) -> tuple[Tensor, Tensor, float]:
+        """``mu``, ``pos`` and the number of valid entries so far."""
+        n = float(self.pos_counts.sum())
+        if n == 0:
+            raise ValueError("no valid entries were accumulated")
+        mu = self.pos_sum.sum(0) / n
+        return mu, centered_means(self.pos_sum, self.pos_counts, mu), n
+
+
+class DecompositionAccumulator:
+    """Streaming means for :func:`decompose`, for many layers at once.
+
+    Feed it batches of activations ``[batch, T, d]`` (one entry per layer / hook name) with
+    :meth:`update`, or let :func:`accumulate` feed it from model hooks. It keeps, per layer, the
+    running sums of ``h`` per position ``[T, d]`` and their counts, the mean of every context
+    ``[C, d]`` (if ``keep_ctx``), and the ``d x d`` second moment (if ``second_moment``, for the
+    relative norm): ``O(L (T + C) d + L d^2)`` numbers, never the activations themselves. All sums
+    are in float64 by default. :meth:`result` then gives the same ``mu``, ``pos``, ``ctx`` (and
+    centered Gram) as :func:`decompose` on the concatenation of all batches, padding included:
+    batches may have different ``T`` (shorter ones count as padded).
+
+    Args:
+        drop_first: leading positions dropped from every batch (as in :func:`decompose`).
+        keep_ctx: keep one mean vector per context (needed for ``ctx``, incoherence and cluster
+            measures). With False the memory is independent of the number of contexts.
+        second_moment: accumulate ``sum h h^T`` per layer (``d x d``) for the relative norm.
+        dtype: accumulation precision.
+        device: where the sums live (default: the device of the first batch).
+
+    Example:
+        >>> import torch
+        >>> from tfmatcomp.decomposition import decompose
+        >>> g = torch.Generator().manual_seed(0)
+        >>> h = torch.randn(10, 6, 4, generator=g)
+        >>> acc = DecompositionAccumulator()
+        >>> for chunk in h.split(3):
+        ...     acc.update({"layer": chunk})
+        >>> res, ref = acc.result("layer"), decompose(h)
+        >>> bool(torch.allclose(res.pos, ref.pos)) and bool(torch.allclose(res.ctx, ref.ctx))
+        True
+        >>> second = acc.residuals("layer", h[:2])       # residuals of two contexts
+        >>> bool(torch.allclose(second.resid, ref.resid[:2]))
+        True
+    """
+
+    def __init__(self, *, drop_first: int = 0, keep_ctx: bool = True, second_moment: bool = True,
+                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None):
+        if not is_int(drop_first) or drop_first < 0:
+            raise ValueError(f"drop_first: must be a non-negative integer, got {drop_first!r}")
+        if not dtype.is_floating_point:
+            raise ValueError(f"dtype: must be a floating-point dtype, got {dtype}")
+        self.drop_first = drop_first
+        self.keep_ctx = keep_ctx
+        self.second_moment = second_moment
+        self.dtype = dtype
+        self.device = None if device is None else torch.device(device)
+        self._states: dict[str | int, _LayerState] = {}
+
+    # ------------------------------------------------------------- feeding
+    @property
+    def names(self) -> list[str | int]:
+        """The layer keys seen so far, in first-seen order."""
+        return list(self._states)
+
+    def n_contexts(self, name: str | int | None = None) -> int:
+        """Contexts accumulated for ``name`` (default: the first layer)."""
+        return self._state(name).n_contexts
+
+    def update(
+        self,
+        activations: Mapping[str | int, Tensor] | Sequence[Tensor] | Tensor,
+        mask: Bool[Tensor, "batch pos"] | None = None,
+    ) -> None:
+        """Add one batch of contexts for one or several layers.
+
+        Args:
+            activations: ``{name: [batch, T, d]}``, a list of ``[batch, T, d]`` tensors (keys
+                0, 1, ...: e.g. a TransformerBridge's or ``output_hidden_states`` per-layer states),
+                or one ``[batch, T, d]`` tensor (key 0).
+            mask: valid entries ``[batch, T]`` (before ``drop_first``), or None.
+        """
+        if torch.is_tensor(activations):
+            items = [(0, activations)]
+        elif isinstance(activations, Mapping):
+            items = list(activations.items())
+        elif isinstance(activations, Sequence):
+            items = list(enumerate(activations))
+        else:
+            raise ValueError(f"activations: expected a tensor, a list of tensors or a mapping, got "
+                             f"{type(activations).__name__}")
+        for name, h in items:
+            self.update_one(name, h, mask)
+
+    def update_one(self, name: str | int, h: Float[Tensor, "batch pos d"],
+                   mask: Bool[Tensor, "batch pos"] | None = None) -> None:
+        """Add one batch of contexts for the layer ``name``."""
+        h = check_activations(h, f"activations[{name!r}]")
+        mask = check_mask(mask, h)
+        if h.shape[1] <= self.drop_first:
+            raise ValueError(f"drop_first: {self.drop_first} leaves no position of a batch with "
+                             f"{h.shape[1]} positions")
+        h = h.detach()[:, self.drop_first:]
+        if mask is not None:
+            mask = mask[:, self.drop_first:]
+        state = self._states.get(name)
+        if state is None:
+            device = self.device or h.device
+            state = self._states[name] = _LayerState(h.shape[2], self.dtype, device,
+                                                     self.keep_ctx, self.second_moment)
+        elif h.shape[2] != state.d:
+            raise ValueError(f"activations[{name!r}]: feature size {h.shape[2]} differs from "
+                             f"earlier batches ({state.d})")
+        with torch.no_grad():
+            state.update(h, mask)
+
+    def hook(self, name: str, mask: Tensor | None = None) -> Callable:
+        """A TransformerLens hook function feeding ``name``'s activation into the accumulator."""
+        def fn(activation: Tensor, hook: Any = None) -> None:
+            self.update_one(name, activation, mask)
+        return fn
+
+    def fwd_hooks(self, names: Sequence[str], mask: Tensor | None = None) -> list[tuple[str, Callable]]:
+        """``[(name, hook_fn), ...]`` for ``model.run_with_hooks(tokens, fwd_hooks=...)``."""
+        return [(name, self.hook(name, mask)) for name in names]
+
+    # ------------------------------------------------------------- results
+    def _state(self, name: str | int | None) -> _LayerState:
+        if not self._states:
+            raise ValueError("accumulator: nothing accumulated yet; call update() first")
+        if name is None:
+            return next(iter(self._states.values()))
+        try:
+            return self._states[name]
+        except KeyError:
+            raise ValueError(f"name: {name!r} was never accumulated; known: {self.names}") from None
+
+    def result(self, name: str | int | None = None) -> Decomposition:
+        """``mu``, ``pos``, ``ctx`` (and the centered Gram) of layer ``name``; ``resid`` is None."""
+        state = self._state(name)
+        mu, pos, n = state.stats()
+        ctx = ctx_counts = None
+        if state.keep_ctx:
+            ctx_counts = state.ctx_counts[:state.n_contexts].clone()
+            ctx = centered_means(state.ctx_sum[:state.n_contexts], ctx_counts, mu)
+        cg = None
+        if state.raw_gram is not None:
+            cg = state.raw_gram - n * torch.outer(mu, mu)
+        return Decomposition(mu=mu, pos=pos, ctx=ctx, resid=None, mask=None,
+                             pos_counts=state.pos_counts.clone(), ctx_counts=ctx_counts,
+                             n_tokens=int(n), n_contexts=state.n_contexts, centered_gram=cg,
+                             start=self.drop_first, name=name if name is not None else self.names[0])
+
+    def results(self) -> dict[str | int, Decomposition]:
+        """:meth:`result` for every layer, in first-seen order."""
+        return {name: self.result(name) for name in self._states}
+
+    def residuals(self, name: str | int, h: Float[Tensor, "ctx pos d"],
+                  mask: Bool[Tensor, "ctx pos"] | None = None) -> Decomposition:
+        """Second pass: the decomposition of the contexts ``h`` against the accumulated means.
+
+        ``h`` holds the activations of layer ``name`` for a chosen subset of contexts (all
+        positions, before ``drop_first``). ``ctx`` is each context's own mean minus the accumulated
+        ``mu`` (identical to the stored ``ctx`` when these contexts were part of the first pass)
+        and ``resid = h - mu - pos - ctx``, so ``h = mu + pos + ctx + resid`` holds exactly.
+        """
+        state = self._state(name)
+        h = check_activations(h)
+        mask = check_mask(mask, h)
+        if h.shape[1] <= self.drop_first:
+            raise ValueError(f"h: {h.shape[1]} positions, drop_first is {self.drop_first}")
+        h = h.detach()[:, self.drop_first:].to(device=state.device, dtype=self.dtype)
+        if mask is not None:
+            mask = mask[:, self.drop_first:].to(state.device)
+        T, d = h.shape[1:]
+        if d != state.d:
+            raise ValueError(f"h: feature size {d} differs from the accumulated {state.d}")
+        if T > state.pos_sum.shape[0]:
+            raise ValueError(f"h: {T} positions (after drop_first) but only "
+                             f"{state.pos_sum.shape[0]} were accumulated")
+        full = self.result(name)
+        pos = full.pos[:T]
+        ctx, counts, resid = split_contexts(h, mask, full.mu, pos)
+        return replace(full, pos=pos, pos_counts=full.pos_counts[:T], ctx=ctx, resid=resid,
+                       mask=mask, ctx_counts=counts, name=name)
+
+    # ------------------------------------------------------------- memory
+    def retained_tensors(self) -> list[Tensor]:
+        """Every tensor the accumulator holds (its whole memory footprint)."""
+        return [t for state in self._states.values() for t in state.tensors()]
+
+    def nbytes(self) -> int:
+        """Bytes held by :meth:`retained_tensors`."""
+        return sum(t.numel() * t.element_size() for t in self.retained_tensors())
