@@ -89,3 +89,57 @@ def test_report_rejects_bad_input(tmp_path):
         build_report("tiny", tmp_path / "x.html", sections=["nope"], progress=False)
     with pytest.raises(ValueError, match="pre_step"):
         build_report("tiny", tmp_path / "x.html", pre_step=7, sections=["training"], progress=False)
+
+
+# ------------------------------------------------------------ honesty and seed groups
+def test_choose_steps_takes_pre_shift_from_the_plateau():
+    import numpy as np
+
+    from tfmatcomp.report import choose_steps
+
+    ckpts = {s: str(s) for s in range(500, 10_001, 500)}
+    t = np.arange(0, 10_000, 50.0)
+    dropped = detect_drop(t, 10 ** (-2 + 1 / (1 + np.exp((t - 6_000) / 100))))
+    pre, post, note = choose_steps(ckpts, dropped)
+    assert post == 10_000 and pre <= 0.5 * dropped.drop_start and pre == 2_500
+    assert "plateau" in note
+    flat = detect_drop(t, 0.11 + 0 * t)
+    pre, _, note = choose_steps(ckpts, flat)
+    assert pre == 5_000 and "no drop" in note          # half-way, never the first checkpoint
+
+
+@pytest.fixture(scope="module")
+def undropped_group(tmp_path_factory):
+    """Two seeds trained briefly: both still on the plateau."""
+    out = tmp_path_factory.mktemp("group")
+    tm.train_many("tiny", seeds=[1, 2], n_steps=240, batch_size=16, log_every=10,
+                  checkpoint_every=40, out_dir=out, device="cpu", progress=False,
+                  model_cfg=tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16))
+    return out
+
+
+def test_report_without_a_drop_says_so_and_what_to_do(undropped_group, tmp_path):
+    report = build_report(undropped_group, tmp_path / "r.html", n_samples=16, progress=False,
+                          sections=["training"])
+    text = report.path.read_text()
+    training = report.sections[0].text
+    assert "No sudden drop was detected" in training and "--resume" in training
+    assert "drop detected" not in text.lower().replace("no sudden drop was detected", "")
+    assert "dashed line marks" not in training
+    assert "None of the 2 seeds" in training
+    assert "seed 1" in text and "seed 2" in text       # every seed's curve is drawn
+    assert "pre-shift step 40," not in text            # not the first checkpoint
+
+
+def test_report_on_a_group_analyses_a_seed_that_dropped(undropped_group, tmp_path):
+    """A group whose seed 0 is the bundled run (it dropped) and whose seeds 1, 2 did not."""
+    group = tmp_path / "group"
+    shutil.copytree(undropped_group, group)
+    shutil.copytree(tm.pretrained.run_dir("tiny"), group / "seed-0")
+    (group / "seed-0" / "pretrained.json").unlink()
+    (group / "seeds.json").write_text('{"seeds": [0, 1, 2]}')
+    report = build_report(group, tmp_path / "r.html", n_samples=16, progress=False,
+                          sections=["training"])
+    training = report.sections[0].text
+    assert "1 of 3 seeds dropped" in training and "analyses seed 0" in training
+    assert "Sudden drop detected" in report.path.read_text()

@@ -1,4 +1,4 @@
-"""Command line: ``tfmatcomp train``, ``tfmatcomp presets`` (and the report commands).
+"""Command line: ``tfmatcomp train``, ``presets``, ``report`` and ``demo``.
 
 Example::
 
@@ -87,8 +87,82 @@ def _presets(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------ report, demo
+def _output_args(p: argparse.ArgumentParser, device_help: str) -> None:
+    """Arguments shared by ``report`` and ``demo``."""
+    p.add_argument("-o", "--out", default="report.html", help="HTML file to write")
+    p.add_argument("--samples", type=int, default=256, help="matrices per experiment (256)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the samples the report draws")
+    p.add_argument("--sections", help="comma-separated subset of the report's sections "
+                   "(training, copying, ablation, ..., decomposition)")
+    p.add_argument("--device", help=device_help)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _report_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="run directory (metrics.jsonl + checkpoints/), multi-seed run "
+                   "directory (seeds.json), or a bundled run name")
+    p.add_argument("--pre-step", type=int, help="pre-shift checkpoint step")
+    p.add_argument("--post-step", type=int, help="post-shift checkpoint step")
+    _output_args(p, "cpu or cuda (default: cpu)")
+
+
+def _write_report(args: argparse.Namespace, run, device=None) -> int:
+    from tfmatcomp.report import build_report
+
+    report = build_report(run, args.out, pre_step=getattr(args, "pre_step", None),
+                          post_step=getattr(args, "post_step", None), n_samples=args.samples,
+                          seed=args.seed, device=device,
+                          sections=args.sections.split(",") if args.sections else None,
+                          progress=not args.no_progress)
+    print(f"report written to {report.path.resolve()}")
+    if report.failed:
+        print(f"sections that failed: {report.failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@command("report", _report_args)
+def _report(args: argparse.Namespace) -> int:
+    """Write the HTML report of a run."""
+    return _write_report(args, args.run, args.device)
+
+
+DEMO_SEEDS = "0-3"
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bundled", action="store_true",
+                   help="use the run bundled in the package instead of training (about a minute)")
+    p.add_argument("--out-dir", default="runs/tiny-demo", help="where to train (default runs/tiny-demo)")
+    p.add_argument("--seeds", default=DEMO_SEEDS,
+                   help=f"seeds trained at once (default {DEMO_SEEDS}); the report analyses the "
+                        "typical one that dropped and shows them all")
+    p.add_argument("--steps", type=int, help="training steps (default: the tiny preset's)")
+    _output_args(p, "training device (default: CUDA when present)")
+
+
+@command("demo", _demo_args)
+def _demo(args: argparse.Namespace) -> int:
+    """Train several seeds of the tiny preset at once (or use the bundled run) and write the report."""
+    if args.bundled:
+        return _write_report(args, "tiny")
+    from tfmatcomp.multiseed import train_many
+    from tfmatcomp.report import SeedGroup
+
+    overrides = {"n_steps": args.steps} if args.steps else {}
+    print(f"training seeds {args.seeds} of the tiny preset at once into {args.out_dir} "
+          "(resumes if interrupted)")
+    train_many("tiny", seeds=args.seeds, out_dir=args.out_dir, device=args.device, resume=True,
+               progress=not args.no_progress, **overrides)
+    group = SeedGroup.load(args.out_dir)
+    print(f"{len(group.dropped)} of {len(group.seeds)} seeds dropped"
+          + (f" (onsets {', '.join(f'{group.drops[s].drop_start:,.0f}' for s in group.dropped)})"
+             if group.dropped else "; the report says what to do"))
+    return _write_report(args, args.out_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    _load_plugins()
     parser = argparse.ArgumentParser(prog="tfmatcomp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (setup, fn) in _COMMANDS.items():
@@ -96,16 +170,6 @@ def build_parser() -> argparse.ArgumentParser:
         setup(p)
         p.set_defaults(_run=fn)
     return parser
-
-
-def _load_plugins() -> None:
-    """Import modules that register further sub-commands (report, demo)."""
-    import importlib
-    import importlib.util
-
-    for name in ("tfmatcomp.report",):
-        if importlib.util.find_spec(name) is not None:
-            importlib.import_module(name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ Example:
 from __future__ import annotations
 
 __all__ = ["PAPER_LABEL", "PRE", "POST", "PAPER_COPYING", "PAPER_ABLATION_ALL", "PAPER_TRANSPLANT",
-           "PAPER_PERMUTATION", "PAPER_PATCHING", "PAPER_HEAD_GROUP_VALUES", "PAPER_HEAD_GROUPS"]
+           "PAPER_PERMUTATION", "PAPER_PATCHING", "PAPER_HEAD_GROUP_VALUES", "PAPER_HEAD_GROUPS",
+           "PAPER_TRAINING"]
 
 PAPER_LABEL = "paper value, 4L8H BERT on 7x7 rank-2 matrices (seed 000)"
 PRE, POST = "pre-shift", "post-shift"
@@ -66,3 +67,8 @@ PAPER_HEAD_GROUP_VALUES: dict[str, dict[str, float]] = {
     "uninterpretable": {"L_obs_without": 9.44e-5, "L_obs_with": 9.36e-5,
                         "L_mask_without": 0.01428, "L_mask_with": 0.01575},
 }
+
+#: The training curve (seed 000 Sec. 2 / Fig. 1; seed 002 Fig. 1): L_mask on the plateau (the
+#: pre-shift value above), the step near which it drops, and the final L and L_mask.
+PAPER_TRAINING: dict[str, float] = {"plateau_L_mask": 0.2236, "drop_step": 15_000, "final_L": 4e-3,
+                                    "final_L_mask": 0.0128}

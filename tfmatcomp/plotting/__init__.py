@@ -3,7 +3,7 @@
 ================================  ==========================================================
 module                            figures
 ================================  ==========================================================
-:mod:`.dynamics`                  loss curve with the detected drop, component-wise training
+:mod:`.dynamics`                  loss curve with the drop, seeds' curves and onsets, components
 :mod:`.experiments`               per-head ablation scan, patching bars, loss bars
 :mod:`.heads`                     attention grids, head scores / types, score evolution
 :mod:`.embeddings`                token norms and PCA, positional PCA, checkpoint projection
@@ -20,7 +20,8 @@ Example:
 
 from tfmatcomp.plotting.baselines import lambda_table_figure, model_vs_nuclear_norm_figure, ood_figure
 from tfmatcomp.plotting.decomposition import gram_figure, pos_pca_figure, qk_figure, spectrum_figure
-from tfmatcomp.plotting.dynamics import component_training_figure, loss_curve_figure
+from tfmatcomp.plotting.dynamics import (component_training_figure, drop_steps_figure,
+                                         loss_curve_figure, seed_curves_figure)
 from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure, positional_norms_figure,
                                            positional_pca_figure, token_norms_figure,
                                            token_pca_figure)
@@ -30,7 +31,8 @@ from tfmatcomp.plotting.heads import (attention_grid_figure, head_score_evolutio
 from tfmatcomp.plotting.probes import probe_table_figure
 
 __all__ = [
-    "loss_curve_figure", "component_training_figure", "head_scan_heatmap", "patching_figure",
+    "loss_curve_figure", "component_training_figure", "seed_curves_figure", "drop_steps_figure",
+    "head_scan_heatmap", "patching_figure",
     "loss_bars_figure", "attention_grid_figure", "head_scores_figure", "head_types_figure",
     "head_score_evolution_figure", "token_norms_figure", "token_pca_figure",
     "positional_norms_figure", "positional_pca_figure", "checkpoint_projection_figure",

@@ -4,7 +4,9 @@
   sudden drop found by :func:`tfmatcomp.dynamics.detect_drop` marked (drop step, 10-90% band,
   plateau and final levels);
 * :func:`component_training_figure`: one curve per trained component group (seed 002 Fig. 8),
-  from :func:`tfmatcomp.dynamics.component_training`, with each group's drop step marked.
+  from :func:`tfmatcomp.dynamics.component_training`, with each group's drop step marked;
+* :func:`seed_curves_figure`: every seed's ``L_mask`` of a multi-seed run, onsets marked;
+* :func:`drop_steps_figure`: the distribution of drop onsets over seeds.
 
 Example:
     >>> import numpy as np, pandas as pd
@@ -18,14 +20,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from tfmatcomp.dynamics import DropResult, detect_drop
 
-__all__ = ["loss_curve_figure", "component_training_figure"]
+__all__ = ["loss_curve_figure", "component_training_figure", "seed_curves_figure",
+           "drop_steps_figure"]
 
 _LOSS_COLORS = {"L": "#4C4C4C", "L_obs": "#5778A4", "L_mask": "#D1615D"}
 _PALETTE = ["#5778A4", "#E49444", "#D1615D", "#85B6B2", "#6A9F58", "#E7CA60", "#A87C9F", "#967662"]
@@ -139,4 +142,71 @@ def component_training_figure(
     fig.update_xaxes(title_text="step")
     fig.update_layout(title=title or f"Component-wise training ({column}); others frozen at their trained values",
                       template="plotly_white")
+    return fig
+
+
+def seed_curves_figure(
+    metrics: Mapping[int, pd.DataFrame],
+    drops: Mapping[int, DropResult] | None = None,
+    *,
+    column: str = "eval_L_mask",
+    highlight: int | None = None,
+    title: str | None = None,
+) -> go.Figure:
+    """Every seed's ``column`` (log scale) on one plot; a circle marks each detected onset.
+
+    Args:
+        metrics: ``{seed: metrics log}``.
+        drops: ``{seed: DropResult}`` (default: detected here).
+        highlight: a seed drawn thicker (the one a report analyses).
+
+    Example:
+        >>> import pandas as pd
+        >>> logs = {s: pd.DataFrame({"step": [1, 2, 3], "eval_L_mask": [0.1, 0.1, 0.01]}) for s in (0, 1)}
+        >>> [t.name for t in seed_curves_figure(logs, {}, highlight=1).data]
+        ['seed 0', 'seed 1']
+    """
+    fig = go.Figure()
+    for i, (seed, df) in enumerate(sorted(metrics.items())):
+        _check_metrics(df, ["step", column])
+        df = df.sort_values("step")
+        color = _PALETTE[i % len(_PALETTE)]
+        width = 3 if seed == highlight else 1.2
+        fig.add_trace(go.Scatter(x=df["step"], y=df[column], mode="lines", name=f"seed {seed}",
+                                 legendgroup=str(seed), line=dict(color=color, width=width)))
+        drop = (drops or {}).get(seed) if drops is not None else detect_drop(df, column=column)
+        if drop is not None and drop.has_drop:
+            fig.add_trace(go.Scatter(x=[drop.drop_start], y=[drop.plateau_level], mode="markers",
+                                     legendgroup=str(seed), showlegend=False,
+                                     marker=dict(color=color, size=9, symbol="circle-open"),
+                                     hovertemplate=f"seed {seed}: onset %{{x:,.0f}}<extra></extra>"))
+    fig.update_yaxes(type="log", title_text=column, exponentformat="power")
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(title=title or f"{column} of every seed (circles: detected onsets)",
+                      template="plotly_white")
+    return fig
+
+
+def drop_steps_figure(drops: Mapping[int, DropResult], *, title: str | None = None) -> go.Figure:
+    """The drop onsets of the seeds that dropped, one point per seed over a box plot; the seeds
+    without a drop are counted in the title.
+
+    Example:
+        >>> import numpy as np
+        >>> from tfmatcomp.dynamics import detect_drop
+        >>> t = np.arange(0, 20_000, 50.0)
+        >>> d = detect_drop(t, 10 ** (-2 + 1 / (1 + np.exp((t - 9_000) / 150))))
+        >>> [round(x) for x in drop_steps_figure({0: d, 1: d}).data[0].x]
+        [8670, 8670]
+    """
+    dropped = {s: d for s, d in sorted(drops.items()) if d.has_drop}
+    onsets = [d.drop_start for d in dropped.values()]
+    fig = go.Figure(go.Box(x=onsets, boxpoints="all", jitter=0.4, pointpos=0, name="onset",
+                           text=[f"seed {s}" for s in dropped], orientation="h",
+                           marker=dict(color=_PALETTE[0]), line=dict(color="#888")))
+    missing = len(drops) - len(dropped)
+    fig.update_xaxes(title_text="step at which L_mask leaves the plateau", rangemode="tozero")
+    fig.update_layout(title=title or f"Drop onsets: {len(dropped)} of {len(drops)} seeds dropped"
+                      + (f" ({missing} still on the plateau)" if missing else ""),
+                      template="plotly_white", height=280)
     return fig

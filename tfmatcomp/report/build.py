@@ -1,0 +1,99 @@
+"""Compute every section on a run and write the report.
+
+Example:
+    >>> from tfmatcomp.report import build_report
+    >>> report = build_report("tiny", "/tmp/tiny-report.html", n_samples=32, progress=False,
+    ...                       sections=["training", "copying"])
+    >>> report.failed
+    []
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from tfmatcomp.report.render import render
+from tfmatcomp.report.run import load_context
+from tfmatcomp.report.sections import SECTIONS, Section
+
+__all__ = ["Report", "build_report"]
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` wrote."""
+
+    path: Path
+    sections: list[Section]
+
+    @property
+    def failed(self) -> list[str]:
+        return [s.key for s in self.sections if s.error]
+
+
+def build_report(
+    run: str | os.PathLike = "tiny",
+    out: str | os.PathLike = "report.html",
+    *,
+    pre_step: int | None = None,
+    post_step: int | None = None,
+    n_samples: int = 256,
+    seed: int = 0,
+    sections: list[str] | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+) -> Report:
+    """Compute every analysis on a run's pre- and post-shift checkpoints and write one HTML file.
+
+    Args:
+        run: a run directory (``metrics.jsonl`` + ``checkpoints/``), a multi-seed run directory
+            (then the typical seed that dropped is analysed and every seed's curve is shown), or a
+            bundled run's name.
+        out: the HTML file to write (self-contained: plotly.js is embedded).
+        pre_step, post_step: checkpoints to analyse (default: see :mod:`tfmatcomp.report.run`).
+        n_samples: matrices per experiment (the papers use 256 and 512 for the copying check).
+        seed: seeds every sample drawn.
+        sections: keys of :data:`SECTIONS` to compute (default: all).
+        device: where to run the models (default: CPU).
+        progress: show a progress bar over sections.
+
+    Returns:
+        A :class:`Report`; sections that raised are listed in ``report.failed`` and shown in the
+        HTML with their traceback (the others are still computed).
+    """
+    if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 8:
+        raise ValueError(f"n_samples: must be an integer >= 8, got {n_samples!r}")
+    keys = list(SECTIONS) if sections is None else list(sections)
+    unknown = [k for k in keys if k not in SECTIONS]
+    if unknown:
+        raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")
+    t0 = time.perf_counter()
+    ctx = load_context(run, pre_step=pre_step, post_step=post_step, n_samples=n_samples,
+                       seed=seed, device=device)
+    done: list[Section] = []
+    bar = tqdm(keys, desc="report", disable=not progress, dynamic_ncols=True)
+    for key in bar:
+        title, fn = SECTIONS[key]
+        bar.set_postfix_str(key)
+        section = Section(key=key, title=title)
+        start = time.perf_counter()
+        try:
+            with torch.no_grad():
+                fn(ctx, section)
+        except Exception:  # a failed analysis must not hide the others; it is shown and reported
+            section.error = traceback.format_exc()
+            print(f"report: section {key!r} failed:\n{section.error}", file=sys.stderr)
+        section.seconds = time.perf_counter() - start
+        done.append(section)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(ctx, done, time.perf_counter() - t0), encoding="utf-8")
+    return Report(path=out, sections=done)

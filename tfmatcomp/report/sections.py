@@ -1,0 +1,344 @@
+"""The report's sections: each calls the library's analyses on a :class:`~.run.RunContext` and says,
+in one paragraph, what it shows, with the papers' values (from :mod:`tfmatcomp.experiments.reference`
+and :data:`tfmatcomp.baselines.PAPER_LAMBDA_TABLE`) beside ours.
+
+A section function takes ``(ctx, section)`` and fills ``section.items`` (plotly figures and
+DataFrames) and ``section.text``; :data:`SECTIONS` maps each key to its title and function.
+
+Example:
+    >>> from tfmatcomp.report.sections import SECTIONS
+    >>> list(SECTIONS)[:3]
+    ['training', 'copying', 'ablation']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+
+from tfmatcomp.experiments import reference as paper
+from tfmatcomp.report.run import RunContext
+
+__all__ = ["Section", "SECTIONS"]
+
+
+@dataclass
+class Section:
+    """One report section: a title, a paragraph saying what it shows, and its figures / tables."""
+
+    key: str
+    title: str
+    text: str = ""
+    items: list[Any] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def _g(x: float) -> str:
+    """A number as the prose writes it (3 significant digits; 'n/a' for None / NaN)."""
+    return f"{x:.3g}" if isinstance(x, (int, float)) and x == x else "n/a"
+
+
+def _generator(ctx: RunContext) -> torch.Generator:
+    return torch.Generator().manual_seed(ctx.seed)
+
+
+# ------------------------------------------------------------------------------ training
+def _training_text(ctx: RunContext) -> str:
+    p = paper.PAPER_TRAINING
+    papers = (f"Paper (4L8H, 7x7 rank 2): L_mask sits near {_g(p['plateau_L_mask'])}, drops near step "
+              f"{p['drop_step']:,} and ends near {_g(p['final_L_mask'])} (total MSE about "
+              f"{_g(p['final_L'])}), a fall of {p['plateau_L_mask'] / p['final_L_mask']:.0f}x.")
+    d = ctx.drop
+    if ctx.has_drop:
+        ours = (f"Here L_mask sits at {_g(d.plateau_level)} on the plateau, leaves it at step "
+                f"{d.drop_start:,.0f} and reaches {_g(d.final_level)} by step {d.drop_end:,.0f} "
+                f"(a fall of {d.drop_factor:.1f}x). The dashed line marks the drop's mid-point and "
+                "the shaded band its onset-to-end extent.")
+    else:
+        ours = (f"No sudden drop was detected in this run: {d.reason.removeprefix('no drop: ')}. "
+                f"L_mask went from {_g(d.plateau_level)} to {_g(d.final_level)}. The model may "
+                "still be on its plateau (the plateau's length varies from seed to seed): train it "
+                f"longer (tfmatcomp train --out {ctx.run_dir} --resume --steps N with a larger N), "
+                "or train several seeds at once (tfmatcomp train --seeds 0-7, or tfmatcomp demo) "
+                "and report on one that dropped. The pre- and post-shift comparisons below are "
+                "then two points of the same phase and do not show the shift.")
+    return ("L_obs falls to near zero within the first few hundred steps (the model copies its "
+            "input) while L_mask stays on a plateau near the mean square of the masked entries, "
+            f"then drops suddenly. {papers} {ours}")
+
+
+def _group_text(ctx: RunContext) -> str:
+    g = ctx.group
+    table = g.table()
+    dropped = table[table["has_drop"]]
+    n, k = len(table), len(dropped)
+    if not k:
+        return (f"None of the {n} seeds of this run dropped within its {int(table['last_step'].max()):,} "
+                "steps: train them longer.")
+    which = (f"This report analyses seed {ctx.run_seed}, the seed whose onset is the median of "
+             "those that dropped." if ctx.run_seed in g.dropped else
+             f"This report analyses seed {ctx.run_seed}.")
+    return (f"{k} of {n} seeds dropped; their onsets range from step {dropped['onset'].min():,.0f} "
+            f"to {dropped['onset'].max():,.0f} (median {dropped['onset'].median():,.0f}), with a "
+            f"median fall of {dropped['fall_factor'].median():.1f}x. The papers, too, see the "
+            f"plateau's length vary with the seed. {which}")
+
+
+def _training(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.plotting.dynamics import drop_steps_figure, loss_curve_figure, seed_curves_figure
+
+    if ctx.metrics is None or ctx.drop is None:
+        s.text = "This run has no (or too short a) metrics.jsonl, so there is no loss curve to show."
+        return
+    s.items += [loss_curve_figure(ctx.metrics, drop=ctx.drop), pd.DataFrame([ctx.drop.as_dict()])]
+    s.text = _training_text(ctx)
+    if ctx.group is not None and len(ctx.group.seeds) > 1:
+        s.items += [seed_curves_figure(ctx.group.metrics, ctx.group.drops, highlight=ctx.run_seed),
+                    drop_steps_figure(ctx.group.drops), ctx.group.table()]
+        s.text += " " + _group_text(ctx)
+
+
+# ------------------------------------------------------------------- causal experiments
+def _copying(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import copying_check
+
+    s.items.append(copying_check(ctx.models, ctx.task, n_samples=2 * ctx.n_samples, seed=ctx.seed))
+    values = paper.PAPER_COPYING["low-rank"]
+    m_values = [k for k in values if k != "MASK"]
+    s.text = ("MASK tokens replaced by the token of a value m: a copying model outputs m at masked "
+              "entries, so L'_mask (MSE to m) is small. Paper, pre-shift: L'_mask "
+              + ", ".join(f"{_g(values[k]['L_mask_prime'])} for m = {k}" for k in ["MASK", *m_values])
+              + ", on rank-2 and on full-rank random matrices alike.")
+
+
+def _ablation(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import attention_ablation
+
+    s.items.append(attention_ablation(ctx.models, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed))
+    pre, post = paper.PAPER_ABLATION_ALL[paper.PRE], paper.PAPER_ABLATION_ALL[paper.POST]
+    s.text = ("Uniform ablation of every head (softmax probabilities set to 1/n^2). Paper: pre-shift "
+              f"L_mask {_g(pre['baseline']['L_mask'])} -> {_g(pre['ablated']['L_mask'])} (attention "
+              f"is irrelevant while copying); post-shift L_obs {_g(post['baseline']['L_obs'])} -> "
+              f"{_g(post['ablated']['L_obs'])} and L_mask {_g(post['baseline']['L_mask'])} -> "
+              f"{_g(post['ablated']['L_mask'])} (back to the plateau).")
+
+
+def _transplant(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import weight_transplant
+
+    s.items.append(weight_transplant(ctx.pre, ctx.post, ctx.task, n_samples=ctx.n_samples,
+                                     seed=ctx.seed))
+    t = paper.PAPER_TRANSPLANT
+    s.text = ("Query, key and value weights and biases of every layer swapped between the pre- and "
+              "post-shift checkpoints. Paper: pre-shift with post-shift Q/K/V keeps L_mask at "
+              f"{_g(t[(paper.PRE, paper.POST)]['L_mask'])}; post-shift with pre-shift Q/K/V gives "
+              f"L_obs {_g(t[(paper.POST, paper.PRE)]['L_obs'])}.")
+
+
+def _permutation(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import positional_permutation
+
+    s.items.append(positional_permutation(ctx.models, ctx.task, n_samples=ctx.n_samples,
+                                          seed=ctx.seed))
+    v = paper.PAPER_PERMUTATION[paper.POST]
+    s.text = ("Positional embeddings randomly permuted (position i is represented as pi(i)). "
+              f"Copying needs no position; completion does. Paper, post-shift: L_obs {_g(v['L_obs'])}, "
+              f"L_mask {_g(v['L_mask'])}.")
+
+
+def _patching(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import activation_patching
+    from tfmatcomp.plotting.experiments import patching_figure
+
+    table = activation_patching({"post-shift": ctx.post}, ctx.task, n_samples=ctx.n_samples,
+                                seed=ctx.seed)
+    s.items += [patching_figure(table), table]
+    v = paper.PAPER_PATCHING["masked"]
+    s.text = ("Attention outputs (hook_z) recorded on X are written into the run on -X with the same "
+              "mask. If attention carries the completion, the masked outputs follow X. Paper, all "
+              f"layers patched: MSE(f_p, X) about {_g(v['mse_to_X'])} and MSE(f_p, -X) about "
+              f"{_g(v['mse_to_neg_X'])} at masked entries.")
+
+
+def _head_groups(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import head_group_ablation
+
+    cfg = ctx.post.cfg
+    paper_shape = cfg.n_layers >= 4 and cfg.n_heads >= 8
+    s.items.append(head_group_ablation({"post-shift": ctx.post}, ctx.task,
+                                       groups="paper" if paper_shape else "layers",
+                                       n_samples=ctx.n_samples, seed=ctx.seed))
+    v = paper.PAPER_HEAD_GROUP_VALUES["uninterpretable"]
+    s.text = (f"Groups of heads ablated together, with the ratio to the unablated loss. Paper (4L8H): "
+              f"ablating {paper.PAPER_HEAD_GROUPS['uninterpretable']} moves L_mask only from "
+              f"{_g(v['L_mask_without'])} to {_g(v['L_mask_with'])}. "
+              + ("The papers' groups are used." if paper_shape else
+                 "This model is smaller than the papers', so each layer's heads form a group."))
+
+
+def _head_scan(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import head_ablation_scan
+    from tfmatcomp.plotting.experiments import head_scan_heatmap
+
+    for label, model in ctx.models.items():
+        scan = head_ablation_scan(model, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
+        s.items.append(head_scan_heatmap(scan, title=f"{label}: change in L_mask when one head is "
+                                                     "ablated (layers x heads, 1-based labels)"))
+    s.text = ("Every head ablated alone; the cell is the change in L_mask. Before the shift no head "
+              "matters; after it a few heads carry the completion.")
+
+
+# ---------------------------------------------------------------------- representations
+def _attention(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.heads import analyse_heads, head_score_evolution
+    from tfmatcomp.masks import row_mask
+    from tfmatcomp.plotting.heads import (attention_grid_figure, head_score_evolution_figure,
+                                          head_types_figure)
+
+    n = min(ctx.n_samples, 256)
+    for step in ctx.steps_around_drop(4):
+        a = analyse_heads(ctx.model_at(step), ctx.task, n, generator=_generator(ctx))
+        s.items.append(attention_grid_figure(a.mean_patterns, table=a.table,
+                                             title=f"step {step:,}: mean attention over random masks"))
+    post = analyse_heads(ctx.post, ctx.task, n, generator=_generator(ctx))
+    s.items += [head_types_figure(post.table), post.table]
+    rows = ctx.task.n_rows
+    observed = row_mask(rows, ctx.task.n_cols, masked_rows=(rows // 2,), keep=(0,))
+    structured = analyse_heads(ctx.post, ctx.task, n, observed=observed, generator=_generator(ctx))
+    s.items.append(attention_grid_figure(structured.mean_patterns, table=structured.table,
+                                         observed=observed, n_rows=rows, n_cols=ctx.task.n_cols,
+                                         title=f"step {ctx.post_step:,}: structured mask (row "
+                                               f"{rows // 2} masked but its first entry)"))
+    evolution = head_score_evolution({st: ctx.model_at(st) for st in ctx.checkpoints}, ctx.task,
+                                     n_samples=min(n, 128), seed=ctx.seed)
+    for score in ("row", "column"):
+        s.items.append(head_score_evolution_figure(evolution, score=score))
+    s.text = ("Mean attention maps (layers x heads, 1-based labels) at steps around the drop, the "
+              "head types assigned from pattern geometry after the shift, a structured row mask, "
+              "and row / column scores over training. Paper: unstructured heads before the shift; "
+              "row, column and identity heads after it.")
+
+
+def _embeddings(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.embeddings import (checkpoint_token_projection, positional_embedding_pca,
+                                      token_embedding_norms, token_embedding_pca)
+    from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure,
+                                               positional_pca_figure, token_norms_figure,
+                                               token_pca_figure)
+
+    t = ctx.task
+    s.items += [
+        token_norms_figure(token_embedding_norms(ctx.post)),
+        token_pca_figure(token_embedding_pca(ctx.post)),
+        positional_pca_figure(positional_embedding_pca(ctx.post, t.n_rows, t.n_cols)),
+        checkpoint_projection_figure(checkpoint_token_projection(
+            {st: ctx.model_at(st) for st in ctx.steps_around_drop(6)})),
+    ]
+    s.text = ("Post-shift token embeddings (norm against value, PCA), positional embeddings (PCA, "
+              "coloured by row and by column), and token embeddings of earlier checkpoints projected "
+              "on the final top-2 components. Paper: norms symmetric about 0, a sign axis and a "
+              "magnitude axis, positions clustering by column, and token embeddings reaching their "
+              "final layout before the drop.")
+
+
+def _probes(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.datapath import sample_batch
+    from tfmatcomp.plotting.probes import probe_table_figure
+    from tfmatcomp.probes import probe_layers
+
+    batch = sample_batch(ctx.task, 2 * ctx.n_samples, seed=ctx.seed, device=ctx.post.device)
+    for label, model in ctx.models.items():
+        table = probe_layers(model, batch, generator=_generator(ctx))
+        s.items += [probe_table_figure(table, title=f"{label}: linear probes per layer"), table]
+    s.text = ("Linear probes (least squares, held-out matrices) from each layer's hidden state of an "
+              "element to its masked row, its value (masked and observed entries separately) and the "
+              "top singular vector of X. Paper (12-layer model): the masked row is decoded best in "
+              "layers 3 and 4; the singular vector is not linearly decodable.")
+
+
+# ------------------------------------------------------------------------- baselines
+def _nuclear_norm(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.baselines import PAPER_LAMBDA_TABLE, compare_with_model, lambda_table
+    from tfmatcomp.plotting.baselines import lambda_table_figure, model_vs_nuclear_norm_figure
+
+    comparison = compare_with_model(ctx.post, task=ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
+    lambdas = lambda_table(task=ctx.task, model=ctx.post, n_samples=ctx.n_samples, seed=ctx.seed)
+    s.items += [model_vs_nuclear_norm_figure(comparison), comparison,
+                lambda_table_figure(lambdas), lambdas]
+    masks = [v[1] for v in PAPER_LAMBDA_TABLE.values()]
+    totals = [v[2] for v in PAPER_LAMBDA_TABLE.values()]
+    lams = list(PAPER_LAMBDA_TABLE)
+    s.text = ("The post-shift model against nuclear-norm minimization on the same matrices, across "
+              f"p_mask, and the regularized solver across lambda. Paper (7x7 rank 2): nuclear norm "
+              f"L_mask {_g(min(masks))}-{_g(max(masks))} and L {_g(min(totals))}-{_g(max(totals))} "
+              f"for lambda {_g(min(lams))}..{_g(max(lams))}; BERT beats it (L_mask "
+              f"{_g(paper.PAPER_TRAINING['final_L_mask'])}).")
+
+
+def _ood(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.ood import evaluate_ood
+    from tfmatcomp.plotting.baselines import ood_figure
+
+    table = evaluate_ood(ctx.post, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
+    s.items += [ood_figure(table), table]
+    s.text = ("The post-shift model on inputs it was not trained on (Gaussian / Laplace entries, other "
+              "ranks and shapes, full-rank matrices), next to nuclear-norm minimization on the same "
+              "inputs. Paper: the model degrades gracefully on nearby distributions.")
+
+
+# --------------------------------------------------------------------- decomposition
+def _decomposition(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.datapath import sample_batch
+    from tfmatcomp.decomposition import accumulate, residual_pass, residual_stream_names
+    from tfmatcomp.geometry import model_summary_table, qk_decomposition, row_column_r2
+    from tfmatcomp.plotting.decomposition import (gram_figure, pos_pca_figure, qk_figure,
+                                                  spectrum_figure)
+
+    t = ctx.task
+    gen = _generator(ctx)
+    batches = [sample_batch(t, 256, generator=gen, device=ctx.post.device).tokens
+               for _ in range(max(1, (8 * ctx.n_samples) // 256))]
+    for label, model in ctx.models.items():
+        table = model_summary_table(model, batches, progress=False)
+        table.insert(0, "model", label)
+        s.items.append(table)
+    names = residual_stream_names(ctx.post)
+    acc = accumulate(ctx.post, batches, names, progress=False)
+    results = acc.results()
+    residuals = residual_pass(ctx.post, acc, batches[0][:64], names)
+    shares = pd.DataFrame([{"residual stream": name, **dataclasses.asdict(row_column_r2(
+        res.pos, t.n_rows, t.n_cols))} for name, res in results.items()])
+    last = names[-2] if len(names) > 1 else names[0]
+    qk = qk_decomposition(ctx.post, batches[0][:8], len(names) - 2, results[last], heads=0)
+    s.items += [shares, pos_pca_figure(results, n_rows=t.n_rows, n_cols=t.n_cols),
+                gram_figure(results[last]), spectrum_figure(residuals[last]), qk_figure(qk, head=0)]
+    s.text = ("Hidden states h = mu + pos + ctx + resid (Song and Zhong) at each residual stream of "
+              "the pre- and post-shift models: ScreeNOT rank, stable rank and relative norm of pos, "
+              "incoherence of pos and ctx; the share of pos explained by row and by column means of "
+              "the matrix grid; PCA of pos with context vectors; the normalized Gram matrix; singular "
+              "values and DCT; and the four QK score components of one head. Their BERT-base result: "
+              "a low-rank, smooth positional basis (ScreeNOT ranks 9-18 per layer) nearly orthogonal "
+              "to the context basis.")
+
+
+SECTIONS: dict[str, tuple[str, Callable[[RunContext, Section], None]]] = {
+    "training": ("Training: plateau and sudden drop", _training),
+    "copying": ("Copying check (Table 1)", _copying),
+    "ablation": ("Uniform attention ablation", _ablation),
+    "transplant": ("Weight transplant (model switching)", _transplant),
+    "permutation": ("Positional permutation", _permutation),
+    "patching": ("Activation patching X -> -X", _patching),
+    "head_groups": ("Head-group ablation", _head_groups),
+    "head_scan": ("Per-head ablation scan", _head_scan),
+    "attention": ("Attention heads over training", _attention),
+    "embeddings": ("Embeddings", _embeddings),
+    "probes": ("Linear probes", _probes),
+    "nuclear_norm": ("Nuclear-norm baseline", _nuclear_norm),
+    "ood": ("Out-of-distribution inputs", _ood),
+    "decomposition": ("Position / context decomposition", _decomposition),
+}
