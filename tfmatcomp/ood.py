@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from tfmatcomp.baselines import _row, complete_nuclear_norm, model_predictions, nuclear_norm
+from tfmatcomp.baselines import comparison_row, complete_nuclear_norm, model_predictions, nuclear_norm
 from tfmatcomp.data import MatrixCompletionTask
 from tfmatcomp.datapath import resolve_task, sample_batch
 from tfmatcomp.validation import check_positive_int
@@ -194,10 +194,10 @@ def evaluate_ood(
         meta = dict(group=cond.group, condition=cond.label, value=cond.value, n_rows=t.n_rows,
                     n_cols=t.n_cols, rank=t.rank, distribution=t.distribution, p_mask=t.p_mask,
                     true_nuclear_norm=float(nuclear_norm(batch.matrices.double()).mean()))
-        rows.append(_row("model", model_predictions(model, batch), batch, None, **meta))
+        rows.append(comparison_row("model", model_predictions(model, batch), batch, None, **meta))
         if baseline:
             sol = complete_nuclear_norm(batch, lam, method=method, **solver_options)
-            rows.append(_row("nuclear_norm", sol.predictions, batch, sol.converged, **meta))
+            rows.append(comparison_row("nuclear_norm", sol.predictions, batch, sol.converged, **meta))
     cols = ["group", "condition", "value", "n_rows", "n_cols", "rank", "distribution", "p_mask",
             "method", "L", "L_obs", "L_mask", "mean_abs_pred_mask", "n_failed", "nuclear_norm",
             "true_nuclear_norm", "n_samples"]

@@ -62,11 +62,6 @@ from tfmatcomp.baselines.complete import Method, complete_nuclear_norm  # noqa: 
 from tfmatcomp.baselines.cvxpy_path import solve_nuclear_norm_cvxpy
 from tfmatcomp.baselines.solution import NuclearNormSolution, batch_losses, nuclear_norm
 from tfmatcomp.baselines.solver import solve_nuclear_norm_torch
-from tfmatcomp.datapath import resolve_task as _as_task
-
-# _as_task (above) and _row: the names tfmatcomp.ood imported while they were private, kept so that
-# it works unchanged; the public ones are tfmatcomp.datapath.resolve_task and comparison_row.
-_row = comparison_row
 
 __all__ = [
     "NuclearNormSolution", "nuclear_norm", "solve_nuclear_norm_torch", "solve_nuclear_norm_cvxpy",

@@ -1,0 +1,122 @@
+"""Measure one configuration of the tiny preset over many seeds: the four figures of
+docs/tiny-preset.md.
+
+Trains the seeds at once (tfmatcomp.train_many), detects each seed's drop in eval L_mask, and
+compares every seed's final model with nuclear-norm minimization on the same matrices and masks.
+Prints one table row per seed and a summary:
+
+* drops: the share of seeds with a detected sudden drop;
+* median fall: plateau / final eval L_mask over all seeds;
+* L_mask of the final models (median) against nuclear-norm minimization on the same batch;
+* median drop step, the single-seed seconds per step on this machine, and their product (the
+  wall-clock time of a single-seed run to its drop).
+
+    python scripts/preset_search.py --seeds 0-15 --threads 1 --out runs/search/tiny-t1
+    python scripts/preset_search.py --seeds 0-15 --threads 2 --p-mask 0.2 --batch-size 32 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+import tfmatcomp as tm
+from tfmatcomp.baselines import complete_nuclear_norm
+from tfmatcomp.datapath import sample_batch
+from tfmatcomp.dynamics import detect_drop
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--seeds", default="0-15")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", required=True, help="multi-seed run directory (resumed if present)")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--n-rows", type=int)
+    ap.add_argument("--rank", type=int)
+    ap.add_argument("--p-mask", type=float)
+    ap.add_argument("--d-model", type=int)
+    ap.add_argument("--d-mlp", type=int)
+    ap.add_argument("--n-layers", type=int)
+    ap.add_argument("--n-heads", type=int)
+    ap.add_argument("--eval-samples", type=int, default=512)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    preset = tm.get_preset(args.preset)
+    task_cfg = dataclasses.replace(preset.task, **{k: v for k, v in {
+        "n_rows": args.n_rows, "rank": args.rank, "p_mask": args.p_mask}.items() if v is not None})
+    model_cfg = dataclasses.replace(preset.model, n_ctx=task_cfg.n_positions, **{k: v for k, v in {
+        "d_model": args.d_model, "d_mlp": args.d_mlp, "n_layers": args.n_layers,
+        "n_heads": args.n_heads}.items() if v is not None})
+    overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
+                                   "lr": args.lr}.items() if v is not None}
+    t0 = time.perf_counter()
+    runs = tm.train_many(preset, seeds=args.seeds, model_cfg=model_cfg, task_cfg=task_cfg,
+                         out_dir=args.out, resume=True, device="cpu", **overrides)
+    wall = time.perf_counter() - t0
+
+    batch = sample_batch(task_cfg, args.eval_samples, seed=12345)
+    nuclear = float(complete_nuclear_norm(batch).losses(batch)["L_mask"])
+    rows = []
+    for seed, result in runs:
+        drop = detect_drop(result.metrics)
+        with torch.no_grad():
+            final = float(tm.losses(result.model(batch.tokens), batch)["L_mask"])
+        rows.append({"seed": seed, "has_drop": drop.has_drop, "onset": drop.drop_start,
+                     "drop_step": drop.drop_step, "end": drop.drop_end,
+                     "plateau": drop.plateau_level, "final_eval": drop.final_level,
+                     "fall": drop.drop_factor, "final_L_mask": final})
+    table = pd.DataFrame(rows)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+
+    single = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
+                        progress=False, **overrides)
+    bs = single.train_cfg.batch_size
+
+    def step() -> None:
+        b = single.task.sample(bs, generator=single.train_gen)
+        loss = tm.masked_mse(single.model(b.tokens), b.values)
+        single.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        single.optimizer.step()
+
+    for _ in range(10):
+        step()
+    ts = time.perf_counter()
+    for _ in range(100):
+        step()
+    s_per_step = (time.perf_counter() - ts) / 100
+
+    dropped = table[table["has_drop"]]
+    median_step = float(np.median(dropped["drop_step"])) if len(dropped) else float("nan")
+    median_end = float(np.median(dropped["end"])) if len(dropped) else float("nan")
+    summary = {
+        "config": {"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), **overrides},
+        "threads": args.threads, "seeds": len(table),
+        "drops": f"{len(dropped)}/{len(table)}", "drop_share": len(dropped) / len(table),
+        "median_fall": float(np.median(table["fall"])),
+        "median_final_L_mask": float(np.median(table["final_L_mask"])),
+        "nuclear_norm_L_mask": nuclear,
+        "median_drop_step": median_step, "median_drop_end": median_end,
+        "single_seed_s_per_step": s_per_step,
+        "single_seed_minutes_to_median_drop": median_step * s_per_step / 60,
+        "single_seed_minutes_to_median_drop_end": median_end * s_per_step / 60,
+        "batched_wall_minutes": wall / 60,
+    }
+    print(json.dumps(summary, indent=1))
+    Path(args.out, "summary.json").write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
