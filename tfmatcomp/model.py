@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
+from tfmatcomp._interrupts import Undoable
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
 from tfmatcomp.config import EncoderConfig
 
@@ -39,6 +40,37 @@ __all__ = ["HookedEncoder", "UnknownHookError"]
 
 class UnknownHookError(ValueError):
     """A hook name that the model does not have."""
+
+
+class _HookContext(Undoable):
+    """``HookedEncoder.hooks``: hooks added at a new context level, removed on exit (idempotent)."""
+
+    def __init__(self, model, fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts):
+        self.model, self.fwd, self.bwd = model, list(fwd_hooks), list(bwd_hooks)
+        self.reset_hooks_end, self.clear_contexts = reset_hooks_end, clear_contexts
+        self.level: int | None = None
+
+    def _apply(self) -> "HookedEncoder":
+        model = self.model
+        for name, _ in self.fwd + self.bwd:
+            model._check_hook_name(name)
+        self.level = model.context_level + 1
+        model.context_level = self.level
+        for direction, pairs in (("fwd", self.fwd), ("bwd", self.bwd)):
+            for name, hook in pairs:
+                model._enable_hook(name=name, hook=hook, dir=direction)
+        return model
+
+    def _undo(self) -> None:
+        if self.level is None:
+            return
+        if self.reset_hooks_end:
+            self.model.reset_hooks(self.clear_contexts, including_permanent=False, level=self.level)
+        for _, fn in self.fwd + self.bwd:
+            if callable(getattr(fn, "release", None)):
+                fn.release()
+        self.model.context_level = self.level - 1
+        self.level = None
 
 
 class HookedEncoder(HookedRootModule):
@@ -159,22 +191,13 @@ class HookedEncoder(HookedRootModule):
         super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level,
                          prepend=prepend)
 
-    @contextlib.contextmanager
     def hooks(self, fwd_hooks=[], bwd_hooks=[], reset_hooks_end=True, clear_contexts=False):
-        """TransformerLens's ``hooks`` context, after checking the hook names. On exit, also when
-        the body raised, it calls ``fn.release()`` of every hook function that has one (weight
-        edits in hook form put the original parameters back that way)."""
-        pairs = list(fwd_hooks) + list(bwd_hooks)
-        for name, _ in pairs:
-            self._check_hook_name(name)
-        try:
-            with super().hooks(fwd_hooks=fwd_hooks, bwd_hooks=bwd_hooks,
-                               reset_hooks_end=reset_hooks_end, clear_contexts=clear_contexts) as m:
-                yield m
-        finally:
-            for _, fn in pairs:
-                if callable(getattr(fn, "release", None)):
-                    fn.release()
+        """TransformerLens's ``hooks`` context, after checking the hook names, and safe against
+        interrupts: an exception or a KeyboardInterrupt at any point of entering, of the body or of
+        leaving removes every hook it added (see ``tfmatcomp._interrupts``). On exit it also
+        calls ``fn.release()`` of every hook function that has one (weight edits in hook form put
+        the original parameters back that way)."""
+        return _HookContext(self, fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts)
 
     def run_with_cache(self, *model_args: Any, return_cache_object: bool = True,
                        remove_batch_dim: bool = False, **kwargs: Any):

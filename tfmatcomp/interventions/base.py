@@ -17,7 +17,7 @@ Every intervention belongs to one *stage*:
     edits parameters (:class:`~tfmatcomp.interventions.WeightTransplant`,
     :class:`~tfmatcomp.interventions.PositionalPermutation`). ``applied`` gives the affected parameters
     new tensors (the ``nn.Parameter`` objects stay the same) and puts the original tensors back on
-    exit, untouched, also after an exception; activations cached inside the context keep the values
+    exit, untouched, also after an exception or an interrupt (see below); activations cached inside the context keep the values
     they had (``hook_pos_embed`` is a view of ``W_pos``, for instance). As hooks, the model's own
     forward pass runs on the edited parameters, substituted at the first hook point and put back at
     the last (:func:`~tfmatcomp.interventions.weights.parameter_override_hooks`); ``model.hooks()``
@@ -38,6 +38,12 @@ their hook points in list order*. Concretely, the composed hook list is ordered
 
 Hooks at one hook point run in the order they are registered, so two activation edits at the same
 point compose like functions: the later one sees the output of the earlier one.
+
+Nothing is left behind: after any exception or KeyboardInterrupt, wherever it lands (entering,
+the body, leaving), the model has no hook attached and every parameter is the same
+``nn.Parameter`` holding its original tensor (``AppliedContext``; ``model.hooks()`` and
+``run_with_hooks`` likewise). An interrupt that arrives while a context is being entered or left
+is held back until the model is restored, then raised (main thread; see ``tfmatcomp._interrupts``).
 
 Interventions that need a *source run* (activation patching from a batch) run it once, when their
 hooks are built, on the model as it stands: without the edits of the composition they belong to (in
@@ -60,17 +66,18 @@ Example:
 
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
-from typing import Any, ClassVar, Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 from jaxtyping import Int
 from torch import Tensor
 
+from tfmatcomp._interrupts import Undoable
 from tfmatcomp.interventions.hook_fn import FwdHook, HookFn, order_hooks
 from tfmatcomp.interventions.weights import (assigned_parameters, checked_edits,
                                              parameter_override_hooks)
 
-__all__ = ["Intervention", "Composition", "compose", "HookFn", "FwdHook", "STAGES", "order_hooks"]
+__all__ = ["Intervention", "Composition", "AppliedContext", "compose", "HookFn", "FwdHook", "STAGES",
+           "order_hooks"]
 
 STAGES = ("tokens", "weights", "hooks")
 
@@ -121,15 +128,15 @@ class Intervention:
         """The elementary interventions (``(self,)`` unless composed)."""
         return (self,)
 
-    @contextmanager
-    def applied(self, model) -> Iterator[Any]:
+    def applied(self, model) -> "AppliedContext":
         """Context manager: the model with this intervention in effect (yields the model).
 
         Weight edits are written into the parameters and restored bit-exactly on exit; hooks are
-        registered with ``model.hooks`` and removed on exit, also when the body raises.
+        registered with ``model.hooks`` and removed on exit. Nothing is left behind after an
+        exception or a KeyboardInterrupt at any point of entering, of the body or of leaving
+        (``tfmatcomp.interventions.base.AppliedContext``).
         """
-        with Composition([self]).applied(model) as m:
-            yield m
+        return AppliedContext(Composition([self]), model)
 
     def run(self, model, tokens: Int[Tensor, "batch pos"], **kwargs: Any) -> Tensor:
         """One forward pass ``model(tokens, **kwargs)`` with the intervention applied."""
@@ -237,20 +244,54 @@ class Composition(Intervention):
             hooks.extend(p.fwd_hooks(model))
         return order_hooks(hooks)
 
-    @contextmanager
-    def applied(self, model) -> Iterator[Any]:
-        # 1. build the hooks of token and activation edits first (source runs see a clean model)
+    def applied(self, model) -> "AppliedContext":
+        return AppliedContext(self, model)
+
+
+class AppliedContext(Undoable):
+    """What ``applied(model)`` returns: enter it to apply a composition, leave it to undo it.
+
+    Entering (1) builds the hooks of token and activation edits (source runs see a clean model),
+    (2) computes the weight edits, one after the other, each from the parameters the previous one
+    left, (3) swaps them into the parameters (the originals are kept by reference) and (4) adds the
+    hooks with ``model.hooks``. Leaving undoes (4) and (3). The undo is idempotent and runs on any
+    exception; a KeyboardInterrupt that lands while entering or leaving is held back until the
+    model is restored (entering: the interrupt is raised after undoing) — the mechanism and its
+    main-thread caveat are described in ``tfmatcomp._interrupts``. While entering, Ctrl-C is
+    therefore answered after the source runs of activation patches, not during them.
+
+    Example:
+        >>> import torch, tfmatcomp as tm
+        >>> from tfmatcomp.interventions import PositionalPermutation
+        >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=8, n_ctx=3))
+        >>> W_pos, before = model.W_pos, model.W_pos.detach().clone()
+        >>> with PositionalPermutation([2, 0, 1]).applied(model):
+        ...     torch.equal(model.W_pos[2], before[0])
+        True
+        >>> model.W_pos is W_pos, torch.equal(model.W_pos, before)
+        (True, True)
+    """
+
+    def __init__(self, composition: "Composition", model):
+        self.composition, self.model = composition, model
+        self.steps: list[Undoable] = []
+
+    def _apply(self) -> Any:
+        comp, model = self.composition, self.model
         hooks: list[FwdHook] = []
-        for p in self._of("tokens") + self._of("hooks"):
+        for p in comp._of("tokens") + comp._of("hooks"):
             hooks.extend(p.fwd_hooks(model))
-        hooks = order_hooks(hooks)
-        # 2. weight edits, one after the other, each from the parameters the previous one left;
-        #    written into the parameters and put back on exit (assigned_parameters)
-        # 3. hooks, removed by model.hooks() on exit even if the body raises
-        with assigned_parameters(model, self.weight_edits(model)), ExitStack() as stack:
-            if hooks:
-                stack.enter_context(model.hooks(fwd_hooks=hooks))
-            yield model
+        edits = comp.weight_edits(model)
+        # each step is listed before it starts, so that _undo also covers a step stopped half-way
+        for step in (assigned_parameters(model, edits), model.hooks(fwd_hooks=order_hooks(hooks))):
+            self.steps.append(step)
+            step._apply()
+        return model
+
+    def _undo(self) -> None:
+        for step in reversed(self.steps):
+            step._undo()
+        self.steps = []
 
 
 def compose(*interventions: Intervention | Iterable[Intervention]) -> Composition:

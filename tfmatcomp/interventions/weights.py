@@ -6,7 +6,7 @@ only, and a weight edit decides which tensors those components read. Two ways:
 * :func:`assigned_parameters` (what ``applied`` uses): inside the context the named
   ``nn.Parameter`` objects hold the new tensors (their ``.data`` is swapped, the objects stay the
   same, so optimizers and references stay valid); the original tensors are put back untouched on
-  exit, also after an exception.
+  exit, also after an exception or an interrupt at any point (``_ParameterSwap``).
 * :func:`parameter_override_hooks` (what ``fwd_hooks`` uses): two hooks that substitute the
   parameters for the duration of one forward pass, as ``torch.func.functional_call`` does (the
   modules read plain tensors in place of their ``nn.Parameter`` entries). At ``embed.hook_embed``,
@@ -42,12 +42,12 @@ Example:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
 
+from tfmatcomp._interrupts import Undoable
 from tfmatcomp.interventions.hook_fn import FwdHook, HookFn
 
 __all__ = ["parameter_override_hooks", "assigned_parameters", "checked_edits", "lookup_ids"]
@@ -81,14 +81,38 @@ def checked_edits(model, edits: Mapping[str, Tensor], who: str = "overrides") ->
     return out
 
 
-@contextmanager
-def assigned_parameters(model, edits: Mapping[str, Tensor], who: str = "overrides") -> Iterator[Any]:
+class _ParameterSwap(Undoable):
+    """Context: some ``nn.Parameter`` objects hold other tensors; :func:`assigned_parameters`.
+
+    The snapshot ``[(parameter, original tensor), ...]`` is taken before the first swap; undoing
+    assigns every original tensor back (cheap: references, no copies; idempotent), also when an
+    exception or interrupt stopped the swaps half-way (``tfmatcomp._interrupts``).
+    """
+
+    def __init__(self, model, edits: Mapping[str, Tensor], who: str = "overrides"):
+        self.model, self.edits, self.who = model, edits, who
+        self.saved: list[tuple[torch.nn.Parameter, Tensor]] = []
+
+    def _apply(self) -> Any:
+        new = checked_edits(self.model, self.edits, self.who)
+        params = dict(self.model.named_parameters())
+        self.saved = [(params[name], params[name].data) for name in new]
+        for (param, _), value in zip(self.saved, new.values()):
+            param.data = value
+        return self.model
+
+    def _undo(self) -> None:
+        for param, original in self.saved:
+            param.data = original
+
+
+def assigned_parameters(model, edits: Mapping[str, Tensor], who: str = "overrides") -> _ParameterSwap:
     """Context: the named parameters hold the values of ``edits`` (yields the model).
 
     The ``nn.Parameter`` objects stay the same; their ``.data`` is swapped for copies of the new
-    values and the original tensors are put back, untouched, on exit, also after an exception.
-    Activations cached inside the context keep the values they had (``hook_pos_embed`` is a view
-    of ``W_pos``).
+    values and the original tensors are put back, untouched, on exit, also after an exception or a
+    KeyboardInterrupt at any point of entering or leaving (``_ParameterSwap``). Activations
+    cached inside the context keep the values they had (``hook_pos_embed`` is a view of ``W_pos``).
 
     Example:
         >>> import torch, tfmatcomp as tm
@@ -99,20 +123,15 @@ def assigned_parameters(model, edits: Mapping[str, Tensor], who: str = "override
         >>> m.embed.ln.w.sum().item()
         8.0
     """
-    new = checked_edits(model, edits, who)
-    params = dict(model.named_parameters())
-    saved = {name: params[name].data for name in new}
-    try:
-        for name, value in new.items():
-            params[name].data = value
-        yield model
-    finally:
-        for name, original in saved.items():
-            params[name].data = original
+    return _ParameterSwap(model, edits, who)
 
 
 class _Substitution:
-    """Plain tensors in place of some ``nn.Parameter`` entries of a model's modules, and back."""
+    """Plain tensors in place of some ``nn.Parameter`` entries of a model's modules, and back.
+
+    Both directions write every slot (no "already done" flag that an interrupted loop could leave
+    wrong), so ``exit`` restores every original ``nn.Parameter`` whatever stopped ``enter``.
+    """
 
     def __init__(self, model, new: Mapping[str, Tensor]):
         self.slots = []
@@ -120,19 +139,14 @@ class _Substitution:
             prefix, _, leaf = name.rpartition(".")
             module = model.get_submodule(prefix)
             self.slots.append((module, leaf, module._parameters[leaf], value))
-        self.active = False
 
     def enter(self) -> None:
-        if not self.active:
-            for module, leaf, _, value in self.slots:
-                module._parameters[leaf] = value
-            self.active = True
+        for module, leaf, _, value in self.slots:
+            module._parameters[leaf] = value
 
     def exit(self) -> None:
-        if self.active:
-            for module, leaf, original, _ in self.slots:
-                module._parameters[leaf] = original
-            self.active = False
+        for module, leaf, original, _ in self.slots:
+            module._parameters[leaf] = original
 
 
 def lookup_ids(embedded: Tensor, table: Tensor, what: str = "embed.W_E") -> Tensor:

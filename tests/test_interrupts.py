@@ -1,0 +1,250 @@
+"""Interventions that nothing can leave half-applied (issue 13, finding 6).
+
+A SIGALRM handler raises KeyboardInterrupt at a random moment around an intervention context (a
+weight transplant + positional permutation + uniform ablation + MASK substitution) or a
+``model.hooks`` / ``run_with_hooks`` call; afterwards the model must be exactly as before: no hook
+attached (at TransformerLens's level and at PyTorch's), the same ``nn.Parameter`` objects holding
+bit-identical data, and the signal handlers the test installed.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+import torch
+
+import tfmatcomp as tm
+from tfmatcomp.interventions import (MaskSubstitution, PositionalPermutation,
+                                     UniformAttentionAblation, WeightTransplant, compose)
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread(),
+    reason="needs SIGALRM / setitimer on the main thread")
+
+CFG = tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16)
+
+
+class Alarm:
+    """SIGALRM raises KeyboardInterrupt once per arming; records the phase it landed in."""
+
+    def __init__(self):
+        self.armed = False
+        self.phase = "idle"
+        self.landed: Counter = Counter()
+
+    def __call__(self, signum, frame):
+        if self.armed:
+            self.armed = False
+            self.landed[self.phase] += 1
+            raise KeyboardInterrupt
+
+    def arm(self, delay: float) -> None:
+        self.armed = True
+        signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-6))
+
+    def disarm(self) -> None:
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+@pytest.fixture()
+def alarm():
+    handler = Alarm()
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        yield handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def state(model):
+    """Everything an intervention may touch: parameter objects, their data, hooks."""
+    return [(name, p, p.data.data_ptr(), p.detach().clone()) for name, p in model.named_parameters()]
+
+
+def assert_untouched(model, before, handler):
+    now = list(model.named_parameters())
+    assert [n for n, _ in now] == [n for n, *_ in before]
+    for (name, p), (_, p0, ptr0, data0) in zip(now, before):
+        assert p is p0, f"{name}: a different Parameter object"
+        assert p.data.data_ptr() == ptr0 and torch.equal(p.detach(), data0), f"{name}: data changed"
+        prefix, _, leaf = name.rpartition(".")
+        assert model.get_submodule(prefix)._parameters[leaf] is p0, f"{name}: slot substituted"
+    assert model.active_hook_count() == 0
+    for name, hp in model.hook_dict.items():
+        assert not hp._forward_hooks and not hp._backward_hooks, f"{name}: a torch hook left"
+    assert model.context_level == 0
+    assert signal.getsignal(signal.SIGALRM) is handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def interrupted_trials(model, alarm, run, delays, check, want_hits=None):
+    """Run ``run(alarm)`` once per delay with an alarm armed, ``check()`` after each; stop early
+    once ``want_hits`` runs were interrupted. Returns (runs, interrupted runs)."""
+    runs = hits = 0
+    for delay in delays:
+        runs += 1
+        try:
+            try:
+                alarm.phase = "enter"
+                alarm.arm(delay)
+                run(alarm)
+                alarm.phase = "after"
+            finally:
+                alarm.disarm()
+        except KeyboardInterrupt:
+            hits += 1
+        check()
+        if want_hits is not None and hits >= want_hits:
+            break
+    return runs, hits
+
+
+def timed(run, alarm, n=5):
+    """Median seconds of each phase of ``run`` (no alarm)."""
+    marks = {"enter": [], "body": [], "exit": []}
+    for _ in range(n):
+        t = [time.perf_counter()]
+        alarm.phase = "enter"
+        run(alarm, clock=t)
+        for key, a, b in (("enter", 0, 1), ("body", 1, 2), ("exit", 2, 3)):
+            marks[key].append(t[b] - t[a])
+    return {k: sorted(v)[len(v) // 2] for k, v in marks.items()}
+
+
+def delays_for(phases, n, rng):
+    """Up to ``n`` (delay, with a body?) pairs: spread over the whole context, in the enter phase,
+    around the end of the body and the exit, and over contexts with an empty body (where the exit
+    follows the enter at once)."""
+    enter, body, exit_ = phases["enter"], phases["body"], phases["exit"]
+    total = enter + body + exit_
+    for i in range(n):
+        kind = i % 4
+        if kind == 0:
+            yield rng.uniform(0, 1.2 * total), True
+        elif kind == 1:
+            yield rng.uniform(0, 1.5 * enter), True
+        elif kind == 2:
+            yield rng.uniform(enter + 0.7 * body, 1.3 * total), True
+        else:
+            yield rng.uniform(0, 1.3 * (enter + exit_)), False
+
+
+def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
+    model = tm.HookedEncoder(CFG, seed=0).eval()
+    donor = tm.HookedEncoder(CFG, seed=1).eval()
+    tokens = tm.MatrixCompletionTask(4, rank=1).sample(
+        8, generator=torch.Generator().manual_seed(0)).tokens
+    iv = compose(WeightTransplant(donor, "qkv"), PositionalPermutation(seed=0, n_positions=16),
+                 UniformAttentionAblation([(0, 1), (1, 2)]), MaskSubstitution(0.44))
+    with torch.no_grad():
+        want = iv.run(model, tokens)
+    before = state(model)
+    body = [True]
+
+    def run(alarm, clock=None):
+        with iv.applied(model):
+            alarm.phase = "body"
+            if clock is not None:
+                clock.append(time.perf_counter())
+            if body[0]:
+                with torch.no_grad():
+                    model(tokens)
+            alarm.phase = "exit"
+            if clock is not None:
+                clock.append(time.perf_counter())
+        if clock is not None:
+            clock.append(time.perf_counter())
+
+    def delays():
+        for delay, body[0] in delays_for(phases, 3000, random.Random(0)):
+            yield delay
+
+    phases = timed(run, alarm)
+    runs, hits = interrupted_trials(model, alarm, run, delays(),
+                                    lambda: assert_untouched(model, before, alarm), want_hits=600)
+    print(f"\n{runs} contexts, {hits} interrupted; landed in: {dict(alarm.landed)}; "
+          f"phase medians (ms): { {k: round(v * 1e3, 3) for k, v in phases.items()} }")
+    assert hits >= 500
+    for phase in ("enter", "body", "exit"):
+        assert alarm.landed[phase] >= 10, dict(alarm.landed)
+    with torch.no_grad():
+        assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
+
+
+def test_randomly_interrupted_hooks_and_run_with_hooks_leave_nothing_behind(alarm):
+    model = tm.HookedEncoder(CFG, seed=0).eval()
+    donor = tm.HookedEncoder(CFG, seed=1).eval()
+    tokens = torch.ones(4, 16, dtype=torch.long)
+    iv = compose(WeightTransplant(donor, "all"), UniformAttentionAblation("all"),
+                 MaskSubstitution(-0.24))
+    hooks = iv.fwd_hooks(model)  # weight edits in hook form: parameter slots substituted
+    before = state(model)
+
+    def run(alarm, clock=None):
+        if clock is not None:
+            clock.append(time.perf_counter())
+        with torch.no_grad():
+            model.run_with_hooks(tokens, fwd_hooks=hooks)
+        if clock is not None:
+            clock += [time.perf_counter()] * 2
+
+    phases = timed(run, alarm)
+    rng = random.Random(1)
+    delays = [rng.uniform(0, 1.2 * phases["body"]) for _ in range(200)]
+    _, hits = interrupted_trials(model, alarm, run, delays,
+                                 lambda: assert_untouched(model, before, alarm))
+    assert hits >= 100
+
+
+class _SignalledTransplant(WeightTransplant):
+    """Raises SIGALRM while its weight edits are being computed (inside ``__enter__``)."""
+
+    def weight_edits(self, model, params=None):
+        signal.raise_signal(signal.SIGALRM)
+        return super().weight_edits(model, params)
+
+
+def test_an_interrupt_inside_enter_is_delivered_after_undoing_it(alarm):
+    model = tm.HookedEncoder(CFG, seed=0).eval()
+    before = state(model)
+    iv = UniformAttentionAblation("all") + _SignalledTransplant(tm.HookedEncoder(CFG, seed=1))
+    alarm.armed, alarm.phase = True, "enter"
+    entered = False
+    with pytest.raises(KeyboardInterrupt):
+        with iv.applied(model):
+            entered = True
+    assert not entered and alarm.landed["enter"] == 1
+    assert_untouched(model, before, alarm)
+
+
+def test_an_interrupt_inside_exit_is_delivered_after_the_undo(alarm):
+    model = tm.HookedEncoder(CFG, seed=0).eval()
+    before = state(model)
+    from tfmatcomp.interventions import HookFn
+
+    def release():
+        signal.raise_signal(signal.SIGALRM)
+
+    hook = ("blocks.0.hook_resid_pre", HookFn(lambda a, h: None, "read", "test", release))
+    with pytest.raises(KeyboardInterrupt):
+        with model.hooks(fwd_hooks=[hook]):
+            alarm.armed, alarm.phase = True, "exit"
+    assert alarm.landed["exit"] == 1
+    assert_untouched(model, before, alarm)
+
+
+def test_a_synchronous_error_half_way_through_enter_undoes_it(alarm):
+    model = tm.HookedEncoder(CFG, seed=0).eval()
+    before = state(model)
+    iv = WeightTransplant(tm.HookedEncoder(CFG, seed=1)) + UniformAttentionAblation("all")
+    hooks = iv.fwd_hooks(model) + [("no_such_hook", lambda a, h: None)]
+    with pytest.raises(ValueError, match="no_such_hook"):
+        model.run_with_hooks(torch.ones(1, 16, dtype=torch.long), fwd_hooks=hooks)
+    assert_untouched(model, before, alarm)
