@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -312,11 +312,10 @@ def iter_chunks(
         kwargs = {"return_type": "predictions" if return_predictions else None}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask[start:start + batch_size].to(device)
-        with ExitStack() as stack:
-            if iv is not None:
-                stack.enter_context(iv.applied(model))
-            if fwd_hooks:
-                stack.enter_context(model.hooks(fwd_hooks=list(fwd_hooks)))
+        # plain `with` (not ExitStack.enter_context, which an interrupt can stop between a
+        # context's __enter__ and registering its __exit__): nothing is left applied
+        with (iv.applied(model) if iv is not None else nullcontext()), \
+                model.hooks(fwd_hooks=list(fwd_hooks or [])):
             if names is None:
                 preds, cache = model(tokens, **kwargs), {}
             else:
