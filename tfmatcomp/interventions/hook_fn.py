@@ -30,7 +30,9 @@ class HookFn:
     names the intervention it came from (shown in ``repr``). ``release``, when given, is called by
     :meth:`tfmatcomp.HookedEncoder.hooks` (and so ``run_with_hooks``) when the hooks are removed,
     also when the forward pass raised or stopped before the last hook point; weight edits in hook
-    form use it to put the original parameters back.
+    form use it to put the original parameters back. It must be idempotent and must not depend on
+    how far the hook itself got (an interrupt can stop the hook anywhere): put everything back
+    unconditionally, as ``weights._Substitution.exit`` does.
     """
 
     fn: Callable[[Tensor, Any], Tensor | None]
