@@ -54,13 +54,18 @@ class Alarm:
 
 @pytest.fixture()
 def alarm():
+    """The SIGALRM handler; grad mode off for the whole test and restored after it (not with
+    ``torch.no_grad()`` inside the interrupted region: an interrupt in its ``__exit__`` would leave
+    grad mode off for every later test)."""
     handler = Alarm()
-    old = signal.signal(signal.SIGALRM, handler)
+    old, grad = signal.signal(signal.SIGALRM, handler), torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
     try:
         yield handler
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        torch.set_grad_enabled(grad)
 
 
 def state(model):
@@ -82,6 +87,7 @@ def assert_untouched(model, before, handler):
     assert model.context_level == 0
     assert signal.getsignal(signal.SIGALRM) is handler
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert not torch.is_grad_enabled()  # the fixture's setting, untouched
 
 
 def interrupted_trials(model, alarm, run, delays, check, want_hits=None):
@@ -143,8 +149,7 @@ def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
         8, generator=torch.Generator().manual_seed(0)).tokens
     iv = compose(WeightTransplant(donor, "qkv"), PositionalPermutation(seed=0, n_positions=16),
                  UniformAttentionAblation([(0, 1), (1, 2)]), MaskSubstitution(0.44))
-    with torch.no_grad():
-        want = iv.run(model, tokens)
+    want = iv.run(model, tokens)
     before = state(model)
     body = [True]
 
@@ -154,8 +159,7 @@ def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
             if clock is not None:
                 clock.append(time.perf_counter())
             if body[0]:
-                with torch.no_grad():
-                    model(tokens)
+                model(tokens)
             alarm.phase = "exit"
             if clock is not None:
                 clock.append(time.perf_counter())
@@ -174,8 +178,7 @@ def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
     assert hits >= 500
     for phase in ("enter", "body", "exit"):
         assert alarm.landed[phase] >= 10, dict(alarm.landed)
-    with torch.no_grad():
-        assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
+    assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
 
 
 def test_randomly_interrupted_hooks_and_run_with_hooks_leave_nothing_behind(alarm):
@@ -190,8 +193,7 @@ def test_randomly_interrupted_hooks_and_run_with_hooks_leave_nothing_behind(alar
     def run(alarm, clock=None):
         if clock is not None:
             clock.append(time.perf_counter())
-        with torch.no_grad():
-            model.run_with_hooks(tokens, fwd_hooks=hooks)
+        model.run_with_hooks(tokens, fwd_hooks=hooks)
         if clock is not None:
             clock += [time.perf_counter()] * 2
 
