@@ -87,20 +87,6 @@ class EncoderConfig:
         check_positive_float("init_range", self.init_range)
         check_choice("act_fn", self.act_fn, ("gelu", "gelu_new", "relu"))
 
-    def n_params(self) -> int:
-        """Number of parameters of a :class:`~tfmatcomp.HookedEncoder` with this config (computed
-        from the sizes alone, before anything is allocated).
-
-        Example:
-            >>> EncoderConfig(n_layers=1, n_heads=1, d_model=2, d_mlp=2, n_ctx=1, d_vocab=3).n_params()
-            59
-        """
-        d, h, dh, m = self.d_model, self.n_heads, self.d_head, self.d_mlp
-        embed = (self.d_vocab + self.n_ctx + self.n_token_types) * d + 2 * d
-        attn = 3 * (h * d * dh + h * dh) + h * dh * d + d
-        block = attn + 2 * d + (d * m + m + m * d + d) + 2 * d
-        return embed + self.n_layers * block + d * self.d_out + self.d_out
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
