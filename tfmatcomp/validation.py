@@ -19,11 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import warnings
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Iterator, TypeVar
 
 __all__ = [
     "is_int",
@@ -41,6 +43,7 @@ __all__ = [
     "check_finite",
     "check_output_file",
     "check_device",
+    "writable_output",
     "renamed_argument",
 ]
 
@@ -299,7 +302,6 @@ def check_output_file(name: str, path: Any) -> Path:
         ...
         ValueError: out: cannot write /dev/null/report.html (its parent /dev/null is not a directory)
     """
-    import os
     import tempfile
 
     if not isinstance(path, (str, os.PathLike)) or str(path) == "":
@@ -332,6 +334,38 @@ def check_output_file(name: str, path: Any) -> Path:
     except OSError as e:
         raise ValueError(f"{name}: cannot write {path} ({e.strerror or e})") from None
     return path
+
+
+@contextlib.contextmanager
+def writable_output(name: str, path: Any) -> Iterator[Path]:
+    """Check ``path`` with :func:`check_output_file` before the work that produces it, and yield it.
+
+    If the body raises, the directories created for ``path`` are removed again (when still
+    empty), so a failed computation leaves nothing behind.
+
+    Example:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> try:
+        ...     with writable_output("out", root + "/a/b/report.html") as out:
+        ...         raise KeyboardInterrupt
+        ... except KeyboardInterrupt:
+        ...     pass
+        >>> os.listdir(root)
+        []
+    """
+    target = Path(path) if isinstance(path, (str, os.PathLike)) else path
+    missing = ([p for p in [target.parent, *target.parent.parents] if not p.exists()]
+               if isinstance(target, Path) else [])
+    try:
+        yield check_output_file(name, path)
+    except BaseException:
+        for directory in missing:  # deepest first
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
 
 
 def check_device(name: str, device: Any) -> Any:
