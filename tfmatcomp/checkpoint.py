@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 
 from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
 from tfmatcomp.model import HookedEncoder
+from tfmatcomp.validation import check_device
 
 __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
@@ -332,6 +333,8 @@ def load_checkpoint_info(
         CheckpointError: missing / corrupted / pickled files, or weights that do not fit the config.
         ConfigMismatchError: the checkpoint's config differs from ``config``.
     """
+    if device is not None:
+        device = check_device("device", device)
     path = _resolve(path)
     raw = _read_config(path)
     try:
