@@ -23,19 +23,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
 from tfmatcomp.model import HookedEncoder
+from tfmatcomp.validation import check_device
 
 __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
@@ -79,6 +82,53 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+_MAX_JSON_BYTES = 64 << 20  # config.json / state.json larger than this are refused unread
+_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+                       "BF16": torch.bfloat16}
+
+
+def _plain_file(directory: Path, name: Any) -> Path:
+    """``directory / name`` if ``name`` is a plain file name (no separator, not ``..``) of a regular
+    file inside ``directory`` (a symlink only if it stays inside); else :class:`CheckpointError`.
+
+    Devices, fifos, sockets and paths leaving the checkpoint (``/dev/zero``, ``../../etc/passwd``)
+    are refused before anything is opened, so a crafted ``config.json`` can neither make the loader
+    read forever nor read a file outside the checkpoint.
+    """
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name
+            or "\0" in name or (os.altsep and os.altsep in name)):
+        raise CheckpointError(f"path: {directory / 'config.json'} names the file {name!r}; only "
+                              "plain file names inside the checkpoint directory are accepted")
+    file = directory / name
+    try:
+        st = file.lstat()
+    except FileNotFoundError:
+        raise CheckpointError(f"path: {file} is missing") from None
+    except OSError as e:
+        raise CheckpointError(f"path: {file} cannot be read ({e.strerror})") from None
+    if stat.S_ISLNK(st.st_mode):
+        target = file.resolve()
+        if target.parent != directory.resolve():
+            raise CheckpointError(f"path: {file} is a symlink to {target}, outside the checkpoint "
+                                  "directory; refused")
+        st = target.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(f"path: {file} is not a regular file (a device, fifo or directory); "
+                              "refused")
+    return file
+
+
+def _read_json(directory: Path, name: str) -> Any:
+    """The JSON content of the plain file ``name`` in ``directory``, size-bounded."""
+    file = _plain_file(directory, name)
+    if file.stat().st_size > _MAX_JSON_BYTES:
+        raise CheckpointError(f"path: {file} is larger than {_MAX_JSON_BYTES >> 20} MiB; refused")
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"path: {file} is not valid JSON ({e})") from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -193,22 +243,73 @@ def _looks_pickled(path: Path) -> bool:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"path: {path / 'config.json'} is not valid JSON ({e})") from None
+    config = _read_json(path, "config.json")
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"path: {path / 'config.json'} is not a tfmatcomp checkpoint config")
-    for name, digest in config.get("files", {}).items():
-        file = path / name
-        if not file.exists():
-            raise CheckpointError(f"path: {file} is missing")
-        if _sha256(file) != digest:
+    files = config.get("files", {})
+    if not isinstance(files, dict):
+        raise CheckpointError(f"path: {path / 'config.json'} has 'files' of type "
+                              f"{type(files).__name__}; expected {{file name: SHA-256}}")
+    for name, digest in files.items():
+        file = _plain_file(path, name)
+        if not isinstance(digest, str) or len(digest) != 64:
+            raise CheckpointError(f"path: {path / 'config.json'} gives {name!r} the digest "
+                                  f"{digest!r}; expected 64 hex digits (SHA-256)")
+        if _sha256(file) != digest.lower():
             raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
     return config
 
 
+def _tensor_specs(file: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """``{name: (shape, dtype)}`` from a safetensors header, without reading any tensor."""
+    try:
+        with safe_open(file, framework="pt") as f:
+            return {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype())
+                    for k in f.keys()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CheckpointError(f"path: {file} is not a readable safetensors file ({e})") from None
+
+
+def _parameter_count(cfg: EncoderConfig) -> int:
+    """Parameters of ``HookedEncoder(cfg)``, from the sizes alone (nothing is allocated)."""
+    d, h, dh, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
+    embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * d + 2 * d
+    attn = 3 * (h * d * dh + h * dh) + h * dh * d + d
+    block = attn + 2 * d + (d * m + m + m * d + d) + 2 * d
+    return embed + cfg.n_layers * block + d * cfg.d_out + cfg.d_out
+
+
+def _check_weights_fit(path: Path, cfg: EncoderConfig) -> torch.dtype:
+    """Compare the weights file's header with ``cfg`` before any tensor is allocated; returns the
+    weights' dtype. The parameter count is checked first (a config of absurd size is refused at
+    once), then every name and shape against a model built on the ``meta`` device (no memory)."""
+    file = _plain_file(path, "model.safetensors")
+    specs = _tensor_specs(file)
+    held = sum(math.prod(shape) for shape, _ in specs.values())
+    need = _parameter_count(cfg)
+    if need != held:
+        raise CheckpointError(f"path: {path / 'config.json'} describes a model of {need:,} "
+                              f"parameters but {file.name} holds {held:,} numbers; refused before "
+                              "building the model")
+    dtypes = {dt for _, dt in specs.values()}
+    if len(dtypes) != 1 or not dtypes <= set(_SAFETENSORS_DTYPES):
+        raise CheckpointError(f"path: {file} holds dtypes {sorted(dtypes)}; expected one of "
+                              f"{sorted(_SAFETENSORS_DTYPES)} for every tensor")
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in HookedEncoder(cfg).state_dict().items()}
+    found = {k: shape for k, (shape, _) in specs.items()}
+    missing = sorted(set(expected) - set(found))
+    unexpected = sorted(set(found) - set(expected))
+    bad_shapes = {k: (expected[k], v) for k, v in found.items() if k in expected and expected[k] != v}
+    if missing or unexpected or bad_shapes:
+        raise CheckpointError(
+            f"path: weights in {path} do not match its config: missing {missing[:5]}, unexpected "
+            f"{unexpected[:5]}, shape (expected, found) {dict(list(bad_shapes.items())[:5])}")
+    return _SAFETENSORS_DTYPES[dtypes.pop()]
+
+
 def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    file = _plain_file(file.parent, file.name)
     try:
         return load_file(file)
     except (SafetensorError, OSError, ValueError) as e:
@@ -232,6 +333,8 @@ def load_checkpoint_info(
         CheckpointError: missing / corrupted / pickled files, or weights that do not fit the config.
         ConfigMismatchError: the checkpoint's config differs from ``config``.
     """
+    if device is not None:
+        device = check_device("device", device)
     path = _resolve(path)
     raw = _read_config(path)
     try:
@@ -240,29 +343,23 @@ def load_checkpoint_info(
         train_cfg = TrainConfig.from_dict(raw["train"]) if raw.get("train") else None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
+    step = raw.get("step")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise CheckpointError(f"path: {path / 'config.json'} has step {step!r}; expected an "
+                              "integer >= 0 or null")
     if config is not None and config != model_cfg:
         diff = {k: (v, getattr(model_cfg, k)) for k, v in config.to_dict().items()
                 if getattr(model_cfg, k) != v}
         raise ConfigMismatchError(f"config: checkpoint {path} has a different model config; "
                                   f"(expected, found) per field: {diff}")
+    dtype = _check_weights_fit(path, model_cfg)  # before anything is allocated
     tensors = _load_tensors(path / "model.safetensors")
-    model = HookedEncoder(model_cfg)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    bad_shapes = {k: (tuple(expected[k].shape), tuple(v.shape)) for k, v in tensors.items()
-                  if k in expected and expected[k].shape != v.shape}
-    if missing or unexpected or bad_shapes:
-        raise CheckpointError(
-            f"path: weights in {path} do not match its config: missing {missing[:5]}, unexpected "
-            f"{unexpected[:5]}, shape (expected, found) {dict(list(bad_shapes.items())[:5])}")
-    dtype = next(iter(tensors.values())).dtype
-    model = model.to(dtype)
+    model = HookedEncoder(model_cfg).to(dtype)
     model.load_state_dict(tensors, strict=True)
     if device is not None:
         model = model.to(device)
     info = CheckpointInfo(path=path, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
-                          step=raw.get("step"), metadata=raw.get("metadata") or {})
+                          step=step, metadata=raw.get("metadata") or {})
     return model.eval(), info
 
 
@@ -285,10 +382,7 @@ def load_training_state(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor
     if not (path / "state.json").exists():
         raise CheckpointError(f"path: {path} has no training state (state.json); it cannot be "
                               "resumed from")
-    try:
-        state = json.loads((path / "state.json").read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"path: {path / 'state.json'} is not valid JSON ({e})") from None
+    state = _read_json(path, "state.json")
     return _load_tensors(path / "state.safetensors"), state
 
 

@@ -147,6 +147,10 @@ def _demo(args: argparse.Namespace) -> int:
     """Train several seeds of the tiny preset at once (or use the bundled run) and write the report."""
     if args.bundled:
         return _write_report(args, "tiny")
+    from tfmatcomp.validation import writable_output
+
+    with writable_output("out", args.out):  # the report can be written: checked before training
+        pass
     from tfmatcomp.multiseed import train_many
     from tfmatcomp.report import SeedGroup
 
@@ -164,20 +168,32 @@ def _demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfmatcomp", description=__doc__.splitlines()[0])
+    debug_help = "show the full traceback of an error instead of one line"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (setup, fn) in _COMMANDS.items():
         p = sub.add_parser(name, help=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else None)
         setup(p)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         p.set_defaults(_run=fn)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command. A user error (a bad value, an unusable path or device, a checkpoint that
+    cannot be loaded) prints one line and returns 2; ``--debug`` shows the traceback instead."""
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "device", None) is not None:
+            from tfmatcomp.validation import check_device
+
+            check_device("--device", args.device)
         return args._run(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"tfmatcomp {args.command}: error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:  # user errors; anything else is a bug and shows its traceback
+        if args.debug:
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"tfmatcomp {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

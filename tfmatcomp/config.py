@@ -23,6 +23,17 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from tfmatcomp.validation import (
+    check_bool,
+    check_choice,
+    check_int_in_range,
+    check_int_list,
+    check_positive_float,
+    check_positive_int,
+    check_seed,
+    is_int,
+)
+
 __all__ = ["EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
 
 
@@ -61,21 +72,20 @@ class EncoderConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_layers", "n_heads", "d_model", "d_mlp", "n_ctx", "d_vocab", "d_out"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+            check_positive_int(name, getattr(self, name))
+        check_positive_int("d_head", self.d_head, allow_none=True)
         if self.d_head is None:
             if self.d_model % self.n_heads:
                 raise ValueError(f"d_model: {self.d_model} is not divisible by n_heads "
                                  f"{self.n_heads}; pass d_head explicitly")
             object.__setattr__(self, "d_head", self.d_model // self.n_heads)
-        if self.n_token_types < 0:
-            raise ValueError(f"n_token_types: must be >= 0, got {self.n_token_types}")
-        if self.act_fn not in ("gelu", "gelu_new", "relu"):
-            raise ValueError(f"act_fn: must be 'gelu', 'gelu_new' or 'relu', got {self.act_fn!r}")
-        if not 0 <= self.mask_token_id < self.d_vocab:
-            raise ValueError(f"mask_token_id: must lie in [0, {self.d_vocab - 1}], "
-                             f"got {self.mask_token_id}")
+        if not is_int(self.n_token_types) or self.n_token_types < 0:
+            raise ValueError(f"n_token_types: must be an integer >= 0, got {self.n_token_types!r}")
+        check_bool("learned_mask_embedding", self.learned_mask_embedding)
+        check_int_in_range("mask_token_id", self.mask_token_id, 0, self.d_vocab - 1)
+        check_positive_float("layer_norm_eps", self.layer_norm_eps)
+        check_positive_float("init_range", self.init_range)
+        check_choice("act_fn", self.act_fn, ("gelu", "gelu_new", "relu"))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,6 +110,9 @@ class TaskConfig:
     rank: int | None = 2
     p_mask: float = 0.3
     distribution: str = "uniform"
+
+    def __post_init__(self) -> None:
+        self.build()  # MatrixCompletionTask checks every field, naming it and its allowed values
 
     def build(self):
         """The :class:`~tfmatcomp.data.MatrixCompletionTask` this config describes."""
@@ -146,14 +159,14 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_steps", "batch_size", "eval_batch_size", "log_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-        if not (self.lr > 0):
-            raise ValueError(f"lr: must be > 0, got {self.lr!r}")
-        if self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every: must be >= 0, got {self.checkpoint_every}")
-        object.__setattr__(self, "checkpoint_steps", tuple(int(s) for s in self.checkpoint_steps))
+            check_positive_int(name, getattr(self, name))
+        check_positive_float("lr", self.lr)
+        check_seed("seed", self.seed)
+        if not is_int(self.checkpoint_every) or self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every: must be an integer >= 0 (0: never), got "
+                             f"{self.checkpoint_every!r}")
+        steps = check_int_list("checkpoint_steps", self.checkpoint_steps, lo=0)
+        object.__setattr__(self, "checkpoint_steps", tuple(steps))
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -177,6 +190,8 @@ class Preset:
 
 
 def _from_dict(cls, data: dict[str, Any], what: str):
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: expected a dict of fields, got {type(data).__name__}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
@@ -217,12 +232,17 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def get_preset(name: str) -> Preset:
-    """The preset called ``name``.
+def get_preset(name: str | Preset) -> Preset:
+    """The preset called ``name`` (a :class:`Preset` is returned as it is).
 
     Raises:
-        ValueError: for an unknown name, listing the known ones.
+        ValueError: for an unknown name or another type, listing the known names.
     """
+    if isinstance(name, Preset):
+        return name
+    if not isinstance(name, str):
+        raise ValueError(f"preset: must be a preset name {sorted(PRESETS)} or a Preset, got "
+                         f"{name!r}")
     try:
         return PRESETS[name]
     except KeyError:

@@ -27,6 +27,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.validation import check_device
 
 __all__ = ["MatrixBatch", "MatrixCompletionTask", "Distribution"]
 
@@ -112,6 +113,7 @@ class MatrixBatch:
         observed = torch.as_tensor(observed, device=values.device)
         if observed.dtype != torch.bool:
             raise ValueError(f"observed: must be a bool tensor (True = observed), got {observed.dtype}")
+        _check_observed_shape(observed, values.shape[0], values.shape[1])
         observed = observed.expand_as(values)
         ids = tokenizer.encode(values)
         values = tokenizer.round(values.float())
@@ -224,17 +226,24 @@ class MatrixCompletionTask:
             observed = self.sample_observed(batch_size, generator, device)
         else:
             observed = torch.as_tensor(observed, device=x.device)
-            if observed.shape[-1] != self.n_positions or observed.ndim not in (1, 2) or (
-                    observed.ndim == 2 and observed.shape[0] not in (1, batch_size)):
-                raise ValueError(f"observed: expected shape [{self.n_positions}] or "
-                                 f"[{batch_size}, {self.n_positions}], got {tuple(observed.shape)}")
+            _check_observed_shape(observed, batch_size, self.n_positions)
             observed = observed.expand(batch_size, -1)
         return MatrixBatch.from_values(x, observed, self.n_rows, self.n_cols, self.tokenizer)
 
 
+def _check_observed_shape(observed: Tensor, batch_size: int, n_positions: int) -> None:
+    if observed.ndim not in (1, 2) or observed.shape[-1] != n_positions or (
+            observed.ndim == 2 and observed.shape[0] not in (1, batch_size)):
+        raise ValueError(f"observed: expected shape [{n_positions}] or [{batch_size}, "
+                         f"{n_positions}], got {tuple(observed.shape)}")
+
+
 def _device_of(generator: torch.Generator | None, device: torch.device | str | None):
     if device is not None:
-        return torch.device(device)
+        return check_device("device", device)
     if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator: must be a torch.Generator or None, got "
+                             f"{type(generator).__name__}")
         return generator.device
     return torch.device("cpu")

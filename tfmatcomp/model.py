@@ -34,8 +34,11 @@ from transformer_lens.hook_points import HookPoint
 from tfmatcomp._interrupts import Undoable
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
 from tfmatcomp.config import EncoderConfig
+from tfmatcomp.validation import check_choice, check_seed
 
 __all__ = ["HookedEncoder", "UnknownHookError"]
+
+RETURN_TYPES = ("predictions", "hidden", None)
 
 
 class UnknownHookError(ValueError):
@@ -97,6 +100,7 @@ class HookedEncoder(HookedRootModule):
         super().__init__()
         if not isinstance(cfg, EncoderConfig):
             raise TypeError(f"cfg: expected an EncoderConfig, got {type(cfg).__name__}")
+        check_seed("seed", seed)
         self.cfg = cfg
         self.embed = BertEmbed(cfg)
         self.hook_full_embed = HookPoint()  # [batch, pos, d_model]
@@ -142,6 +146,21 @@ class HookedEncoder(HookedRootModule):
             raise ValueError(f"{name}: token ids must lie in [0, {self.cfg.d_vocab - 1}]; got min "
                              f"{tokens.min().item()}, max {tokens.max().item()}")
 
+    def _check_token_types(self, token_type_ids: Any, tokens: Tensor) -> None:
+        n_types = max(self.cfg.n_token_types, 1)  # no token types: only all-zero ids (HF's default)
+        if not torch.is_tensor(token_type_ids) or token_type_ids.shape != tokens.shape:
+            shape = (tuple(token_type_ids.shape) if torch.is_tensor(token_type_ids)
+                     else type(token_type_ids).__name__)
+            raise ValueError(f"token_type_ids: expected an integer tensor of shape "
+                             f"{tuple(tokens.shape)} (as tokens), got {shape}")
+        if token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool:
+            raise ValueError(f"token_type_ids: must be integers, got dtype {token_type_ids.dtype}")
+        if token_type_ids.numel() and (token_type_ids.min() < 0 or token_type_ids.max() >= n_types):
+            what = (f"the config has {self.cfg.n_token_types} token types" if self.cfg.n_token_types
+                    else "the config has no token types (n_token_types=0), so only zeros")
+            raise ValueError(f"token_type_ids: must lie in [0, {n_types - 1}] ({what}); got min "
+                             f"{token_type_ids.min().item()}, max {token_type_ids.max().item()}")
+
     def forward(
         self,
         tokens: Int[Tensor, "batch pos"],
@@ -159,6 +178,9 @@ class HookedEncoder(HookedRootModule):
                 block's output ``[batch, pos, d_model]``) or None.
         """
         self.check_tokens(tokens)
+        check_choice("return_type", return_type, RETURN_TYPES)
+        if token_type_ids is not None:
+            self._check_token_types(token_type_ids, tokens)
         return self._run(tokens, token_type_ids, attention_mask, return_type)
 
     def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):

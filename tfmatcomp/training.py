@@ -90,7 +90,7 @@ class Trainer:
         progress: bool = True,
         **train_overrides: Any,
     ):
-        preset = get_preset(preset) if isinstance(preset, str) else preset
+        preset = get_preset(preset)
         if model is not None and model_cfg is None:
             model_cfg = model.cfg
         self.model_cfg = model_cfg or preset.model

@@ -19,10 +19,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import warnings
 from collections.abc import Collection
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, Iterator, TypeVar
 
 __all__ = [
     "is_int",
@@ -32,8 +35,19 @@ __all__ = [
     "check_in_range",
     "check_probability",
     "check_choice",
+    "check_seed",
+    "check_positive_float",
+    "check_bool",
+    "check_int_list",
+    "check_float_dtype",
+    "check_finite",
+    "check_output_file",
+    "check_device",
+    "writable_output",
     "renamed_argument",
 ]
+
+MAX_SEED = 2**63 - 1
 
 T = TypeVar("T")
 
@@ -147,6 +161,243 @@ def check_choice(name: str, value: T, choices: Collection[T]) -> T:
     if value not in choices:
         raise ValueError(f"{name}: must be one of {tuple(choices)}, got {value!r}")
     return value
+
+
+def check_seed(name: str, value: Any, *, allow_none: bool = False) -> Any:
+    """``value`` if it is an integer seed in ``[0, 2**63 - 1]`` (what ``torch.Generator.manual_seed``
+    takes without wrapping), else ``ValueError``.
+
+    Example:
+        >>> check_seed("seed", 0)
+        0
+        >>> check_seed("seed", 2**64)
+        Traceback (most recent call last):
+        ...
+        ValueError: seed: must be an integer in [0, 2**63 - 1], got 18446744073709551616
+    """
+    if value is None and allow_none:
+        return value
+    if not is_int(value) or not 0 <= value <= MAX_SEED:
+        extra = " or None" if allow_none else ""
+        raise ValueError(f"{name}: must be an integer in [0, 2**63 - 1]{extra}, got {value!r}")
+    return value
+
+
+def check_positive_float(name: str, value: Any) -> Any:
+    """``value`` if it is a finite real number ``> 0``, else ``ValueError`` (NaN and inf refused).
+
+    Example:
+        >>> check_positive_float("lr", 1e-3)
+        0.001
+        >>> check_positive_float("lr", float("inf"))
+        Traceback (most recent call last):
+        ...
+        ValueError: lr: must be a finite number > 0, got inf
+    """
+    v = _as_float(value)
+    if isinstance(value, (bool, str)) or not (math.isfinite(v) and v > 0):
+        raise ValueError(f"{name}: must be a finite number > 0, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is ``True`` or ``False`` (not a string or a number), else ``ValueError``.
+
+    Example:
+        >>> check_bool("learned_mask_embedding", "no")
+        Traceback (most recent call last):
+        ...
+        ValueError: learned_mask_embedding: must be True or False, got 'no'
+    """
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: must be True or False, got {value!r}")
+    return value
+
+
+def check_int_list(name: str, values: Any, lo: int | None = None, hi: int | None = None) -> list[int]:
+    """``values`` (an iterable of integers, each in ``[lo, hi]`` when given) as a list of ``int``.
+
+    NumPy / torch integer scalars are accepted here (they come out of index tensors); strings,
+    floats and bools are not.
+
+    Example:
+        >>> check_int_list("layers", (0, 1))
+        [0, 1]
+        >>> check_int_list("layers", [0, "a"])
+        Traceback (most recent call last):
+        ...
+        ValueError: layers: must be a list of integers, got [0, 'a']
+    """
+    from numbers import Integral
+
+    if lo is not None and hi is not None:
+        where = f" in [{lo}, {hi}]"
+    else:
+        where = f" >= {lo}" if lo is not None else (f" <= {hi}" if hi is not None else "")
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise ValueError(f"{name}: must be a list of integers{where}, got {values!r}")
+    items = list(values)
+    if not all(isinstance(v, Integral) and not isinstance(v, bool) for v in items):
+        raise ValueError(f"{name}: must be a list of integers{where}, got {items!r}")
+    out = [int(v) for v in items]
+    if any((lo is not None and v < lo) or (hi is not None and v > hi) for v in out):
+        raise ValueError(f"{name}: must be a list of integers{where}, got {out!r}")
+    return out
+
+
+def check_float_dtype(name: str, dtype: Any) -> Any:
+    """``dtype`` if it is a floating-point ``torch.dtype``, else ``ValueError`` (integer dtypes would
+    silently truncate).
+
+    Example:
+        >>> import torch
+        >>> check_float_dtype("dtype", torch.long)
+        Traceback (most recent call last):
+        ...
+        ValueError: dtype: must be a floating-point torch dtype (float64, float32, ...), got torch.int64
+    """
+    import torch
+
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{name}: must be a floating-point torch dtype (float64, float32, ...), "
+                         f"got {dtype!r}")
+    return dtype
+
+
+def check_finite(name: str, tensor: Any) -> Any:
+    """``tensor`` if every entry is finite, else ``ValueError`` counting the NaN / inf entries.
+
+    Example:
+        >>> import torch
+        >>> check_finite("h", torch.tensor([1.0, float("nan")]))
+        Traceback (most recent call last):
+        ...
+        ValueError: h: must be finite; found 1 NaN and 0 inf entries
+    """
+    import torch
+
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex:
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            n_nan = int(torch.isnan(tensor).sum())
+            n_inf = int((~finite).sum()) - n_nan
+            raise ValueError(f"{name}: must be finite; found {n_nan} NaN and {n_inf} inf entries")
+    return tensor
+
+
+def check_output_file(name: str, path: Any) -> Path:
+    """``path`` as a :class:`~pathlib.Path` once it is known that a file can be written there.
+
+    Creates the parent directory if needed and opens (then removes) a temporary sibling for
+    writing, so a long computation is never started for a file that cannot be written. Raises
+    ``ValueError`` naming ``name`` otherwise (parent is a file, no permission, a directory
+    given, a full disk, ...).
+
+    Example:
+        >>> import tempfile
+        >>> check_output_file("out", tempfile.mkdtemp() + "/sub/report.html").name
+        'report.html'
+        >>> check_output_file("out", "/dev/null/report.html")
+        Traceback (most recent call last):
+        ...
+        ValueError: out: cannot write /dev/null/report.html (its parent /dev/null is not a directory)
+    """
+    import tempfile
+
+    if not isinstance(path, (str, os.PathLike)) or str(path) == "":
+        raise ValueError(f"{name}: must be a file path, got {path!r}")
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name}: {path} is a directory; give a file name")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{name}: cannot write {path} (not a regular file)")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in [parent, *parent.parents] if p.exists() and not p.is_dir()),
+                       parent)
+        raise ValueError(f"{name}: cannot write {path} (its parent {blocker} is not a "
+                         "directory)") from None
+    except OSError as e:
+        raise ValueError(f"{name}: cannot create the directory {parent} ({e.strerror})") from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".check", dir=parent)
+        try:
+            os.write(fd, b"x")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(tmp)
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(13, "permission denied")
+    except OSError as e:
+        raise ValueError(f"{name}: cannot write {path} ({e.strerror or e})") from None
+    return path
+
+
+@contextlib.contextmanager
+def writable_output(name: str, path: Any) -> Iterator[Path]:
+    """Check ``path`` with :func:`check_output_file` before the work that produces it, and yield it.
+
+    If the body raises, the directories created for ``path`` are removed again (when still
+    empty), so a failed computation leaves nothing behind.
+
+    Example:
+        >>> import os, tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> try:
+        ...     with writable_output("out", root + "/a/b/report.html") as out:
+        ...         raise KeyboardInterrupt
+        ... except KeyboardInterrupt:
+        ...     pass
+        >>> os.listdir(root)
+        []
+    """
+    target = Path(path) if isinstance(path, (str, os.PathLike)) else path
+    missing = ([p for p in [target.parent, *target.parent.parents] if not p.exists()]
+               if isinstance(target, Path) else [])
+    try:
+        yield check_output_file(name, path)
+    except BaseException:
+        for directory in missing:  # deepest first
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def check_device(name: str, device: Any) -> Any:
+    """``device`` as a ``torch.device`` if it names one that exists here, else ``ValueError``
+    (an unknown device type, or CUDA / MPS requested where there is none).
+
+    Example:
+        >>> check_device("device", "cpu")
+        device(type='cpu')
+        >>> check_device("device", "bogus")
+        Traceback (most recent call last):
+        ...
+        ValueError: device: must be 'cpu', 'cuda', 'cuda:N' or 'mps', got 'bogus'
+    """
+    import torch
+
+    try:
+        dev = device if isinstance(device, torch.device) else torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name}: must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name}: {device!r} was requested but CUDA is not available here; "
+                             "use 'cpu'")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{name}: {device!r} does not exist; this machine has "
+                             f"{torch.cuda.device_count()} CUDA device(s) (cuda:0..)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}: 'mps' was requested but MPS is not available here; use 'cpu'")
+    elif dev.type not in ("cpu", "cuda", "mps", "meta"):
+        raise ValueError(f"{name}: must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
+    return dev
 
 
 def renamed_argument(where: str, old_name: str, old_value: Any, new_name: str, new_value: T) -> T:

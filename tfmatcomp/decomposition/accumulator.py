@@ -22,13 +22,14 @@ from torch import Tensor
 from tfmatcomp.decomposition.formula import (
     centered_means,
     check_activations,
+    check_finite_entries,
     check_mask,
     masked,
     split_contexts,
     valid_weights,
 )
 from tfmatcomp.decomposition.result import Decomposition
-from tfmatcomp.validation import is_int
+from tfmatcomp.validation import check_bool, check_float_dtype, is_int
 
 __all__ = ["DecompositionAccumulator"]
 
@@ -139,8 +140,9 @@ class DecompositionAccumulator:
                  dtype: torch.dtype = torch.float64, device: torch.device | str | None = None):
         if not is_int(drop_first) or drop_first < 0:
             raise ValueError(f"drop_first: must be a non-negative integer, got {drop_first!r}")
-        if not dtype.is_floating_point:
-            raise ValueError(f"dtype: must be a floating-point dtype, got {dtype}")
+        check_float_dtype("dtype", dtype)
+        check_bool("keep_ctx", keep_ctx)
+        check_bool("second_moment", second_moment)
         self.drop_first = drop_first
         self.keep_ctx = keep_ctx
         self.second_moment = second_moment
@@ -188,6 +190,7 @@ class DecompositionAccumulator:
         """Add one batch of contexts for the layer ``name``."""
         h = check_activations(h, f"activations[{name!r}]")
         mask = check_mask(mask, h)
+        check_finite_entries(h, mask, f"activations[{name!r}]")
         if h.shape[1] <= self.drop_first:
             raise ValueError(f"drop_first: {self.drop_first} leaves no position of a batch with "
                              f"{h.shape[1]} positions")
@@ -258,6 +261,7 @@ class DecompositionAccumulator:
         state = self._state(name)
         h = check_activations(h)
         mask = check_mask(mask, h)
+        check_finite_entries(h, mask)
         if h.shape[1] <= self.drop_first:
             raise ValueError(f"h: {h.shape[1]} positions, drop_first is {self.drop_first}")
         h = h.detach()[:, self.drop_first:].to(device=state.device, dtype=self.dtype)

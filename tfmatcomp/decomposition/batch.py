@@ -20,6 +20,7 @@ from tfmatcomp.decomposition.formula import (
     centered_means,
     check_activations,
     check_drop_first,
+    check_finite_entries,
     check_mask,
     masked,
     split_contexts,
@@ -27,6 +28,7 @@ from tfmatcomp.decomposition.formula import (
 )
 from tfmatcomp.decomposition.result import Decomposition
 from tfmatcomp.hook_names import block_hook_name
+from tfmatcomp.validation import check_float_dtype
 
 __all__ = ["decompose", "decompose_cache"]
 
@@ -68,7 +70,9 @@ def decompose(
         (torch.Size([5, 2]), 0.0)
     """
     h = check_activations(h)
+    check_float_dtype("dtype", dtype)
     mask = check_mask(mask, h)
+    check_finite_entries(h, mask)
     drop_first = check_drop_first(drop_first, h.shape[1])
     if h.shape[0] == 0 or h.shape[1] == 0:
         raise ValueError(f"h: needs at least one context and one position, got {tuple(h.shape)}")

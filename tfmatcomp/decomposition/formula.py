@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.validation import check_int_in_range
+from tfmatcomp.validation import check_finite, check_int_in_range
 
 __all__ = ["centered_means", "split_contexts", "masked", "valid_weights"]
 
@@ -62,6 +62,12 @@ def check_mask(mask: Any, h: Tensor, name: str = "mask") -> Tensor | None:
             raise ValueError(f"{name}: must be bool or 0/1 integers (1 = valid), got {mask.dtype}")
         mask = mask.bool()
     return mask
+
+
+def check_finite_entries(h: Tensor, mask: Tensor | None, name: str = "h") -> None:
+    """ValueError unless every valid entry of ``h`` is finite (NaN / inf would spread through every
+    mean silently); padding outside ``mask`` may hold anything."""
+    check_finite(name, h if mask is None else masked(h, mask))
 
 
 def check_drop_first(drop_first: Any, T: int) -> int:

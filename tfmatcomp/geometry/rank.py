@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tfmatcomp.validation import check_in_range
+from tfmatcomp.validation import check_finite, check_in_range
 
 __all__ = [
     "ScreeNOTResult",
@@ -102,6 +102,10 @@ def pseudo_noise(
     z = np.sort(np.asarray(torch.as_tensor(singular_values).detach().cpu(), dtype=np.float64).ravel())
     m = z.size
     kmax = max_screenot_k(m, strategy)
+    if kmax < 1:
+        need = 4 if strategy == "impute" else 2
+        raise ValueError(f"singular_values: ScreeNOT with strategy {strategy!r} needs at least "
+                         f"{need} singular values (a matrix with min(m, n) >= {need}), got {m}")
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= kmax:
         raise ValueError(f"k: must be an integer in [1, {kmax}] for {m} singular values with "
                          f"strategy {strategy!r}, got {k!r}")
@@ -209,7 +213,12 @@ def screenot(
     if not torch.is_tensor(matrix) or matrix.ndim != 2 or min(matrix.shape) < 1:
         shape = tuple(matrix.shape) if torch.is_tensor(matrix) else type(matrix).__name__
         raise ValueError(f"matrix: expected a non-empty 2-D tensor, got {shape}")
+    check_finite("matrix", matrix)
     m, n = matrix.shape
+    need = 4 if _check_strategy(strategy) == "impute" else 2
+    if min(m, n) < need:
+        raise ValueError(f"matrix: ScreeNOT with strategy {strategy!r} needs min(m, n) >= {need}, "
+                         f"got shape {(m, n)}")
     sv = torch.linalg.svdvals(matrix.detach().to(torch.float64))
     return screenot_singular_values(sv, gamma=min(m / n, n / m), k=k, strategy=strategy, rtol=rtol)
 
@@ -222,7 +231,9 @@ def stable_rank(matrix: Float[Tensor, "m n"]) -> float:
         5.0
     """
     if not torch.is_tensor(matrix) or matrix.ndim != 2:
-        raise ValueError("matrix: expected a 2-D tensor")
+        shape = tuple(matrix.shape) if torch.is_tensor(matrix) else type(matrix).__name__
+        raise ValueError(f"matrix: expected a 2-D tensor, got {shape}")
+    check_finite("matrix", matrix)
     sv = torch.linalg.svdvals(matrix.detach().to(torch.float64))
     if sv.numel() == 0 or float(sv[0]) == 0:
         return float("nan")

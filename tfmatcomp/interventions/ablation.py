@@ -35,9 +35,9 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
-from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, describe_site, paper_label,
-                                           resolve_heads, resolve_hook_names, site_mask)
-from tfmatcomp.validation import check_choice
+from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, check_head_spec, check_hook_list,
+                                           describe_site, paper_label, resolve_heads, resolve_hook_names, site_mask)
+from tfmatcomp.validation import check_choice, check_int_list
 
 __all__ = ["UniformAttentionAblation", "MeanAttentionAblation", "ActivationAblation"]
 
@@ -47,13 +47,7 @@ class _PatternAblation(Intervention):
     _what = ""
 
     def __init__(self, heads: HeadSpec = "all"):
-        if isinstance(heads, str):
-            if heads != "all":
-                raise ValueError(f"heads: a string must be 'all' (use paper_heads() for the "
-                                 f"papers' 1-based labels), got {heads!r}")
-            self._heads: str | list[tuple[int, int]] = "all"
-        else:
-            self._heads = [(int(l), int(h)) for l, h in heads]
+        self._heads: str | list[tuple[int, int]] = check_head_spec(heads)
 
     @classmethod
     def from_paper_labels(cls, labels: str | Iterable[tuple[int, int | str]]):
@@ -188,10 +182,10 @@ class ActivationAblation(Intervention):
         check_choice("mode", mode, ("zero", "mean"))
         if mean_value is not None and mode != "mean":
             raise ValueError("mean_value: only allowed with mode='mean'")
-        self.hooks = [hooks] if isinstance(hooks, str) else list(hooks)
+        self.hooks = check_hook_list(hooks)
         self.mode = mode
-        self.layers = None if layers is None else [int(l) for l in layers]
-        self.heads = None if heads is None else [int(h) for h in heads]
+        self.layers = None if layers is None else check_int_list("layers", layers, lo=0)
+        self.heads = None if heads is None else check_int_list("heads", heads, lo=0)
         self.positions = positions
         self.mean_value = mean_value
 

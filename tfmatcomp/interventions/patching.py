@@ -35,7 +35,9 @@ from torch import Tensor
 
 from tfmatcomp.data import MatrixBatch
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
-from tfmatcomp.interventions.sites import PositionSpec, describe_site, resolve_hook_names, site_mask
+from tfmatcomp.interventions.sites import (PositionSpec, check_hook_list, describe_site,
+                                           resolve_hook_names, site_mask)
+from tfmatcomp.validation import check_int_list
 
 __all__ = ["ActivationPatch", "negation_patch"]
 
@@ -77,9 +79,9 @@ class ActivationPatch(Intervention):
             raise TypeError(f"source: expected an ActivationCache, a dict, a MatrixBatch or token ids, "
                             f"got {type(source).__name__}")
         self.source = source
-        self.hooks = [hooks] if isinstance(hooks, str) else list(hooks)
-        self.layers = None if layers is None else [int(l) for l in layers]
-        self.heads = None if heads is None else [int(h) for h in heads]
+        self.hooks = check_hook_list(hooks)
+        self.layers = None if layers is None else check_int_list("layers", layers, lo=0)
+        self.heads = None if heads is None else check_int_list("heads", heads, lo=0)
         self.positions = positions
 
     def describe(self) -> str:

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import Intervention
-from tfmatcomp.validation import check_positive_int
+from tfmatcomp.validation import check_int_list, check_positive_int, check_seed
 
 __all__ = ["PositionalPermutation"]
 
@@ -57,8 +57,12 @@ class PositionalPermutation(Intervention):
                  n_positions: int | None = None):
         if (perm is None) == (seed is None):
             raise ValueError("perm, seed: give exactly one of them")
+        check_seed("seed", seed, allow_none=True)
         if perm is not None:
-            p = torch.as_tensor(perm, dtype=torch.long).flatten().cpu()
+            if torch.is_tensor(perm) and (perm.dtype.is_floating_point or perm.dtype == torch.bool):
+                raise ValueError(f"perm: must hold integers, got dtype {perm.dtype}")
+            p = torch.tensor(check_int_list("perm", perm.flatten().tolist() if torch.is_tensor(perm)
+                                            else perm), dtype=torch.long)
             if p.numel() == 0 or not torch.equal(p.sort().values, torch.arange(p.numel())):
                 raise ValueError(f"perm: must be a permutation of 0..k-1, got {p.tolist()}")
             self._perm: Tensor | None = p

@@ -19,17 +19,19 @@ Example:
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence, Union
+from typing import Any, Iterable, Sequence, Union
 
 import torch
 from jaxtyping import Bool
 from torch import Tensor
 
 from tfmatcomp.hook_names import resolve_hook_names  # re-exported: hook names live in hook_names.py
+from tfmatcomp.validation import check_int_list
 
 __all__ = [
     "Head", "HeadSpec", "PositionSpec", "paper_heads", "paper_label", "resolve_heads",
     "resolve_hook_names", "describe_site", "head_axis", "position_axis", "site_mask",
+    "check_head_spec", "check_hook_list",
 ]
 
 Head = tuple[int, int]
@@ -116,6 +118,54 @@ def paper_label(heads: Head | Iterable[Head] | int, head: int | None = None) -> 
     return ", ".join(parts)
 
 
+def check_head_spec(heads: Any, name: str = "heads") -> str | list[Head]:
+    """``"all"`` or the 0-based ``(layer, head)`` pairs as a list of ``(int, int)``, else ValueError.
+
+    Example:
+        >>> check_head_spec([(0, 1)]), check_head_spec("all")
+        ([(0, 1)], 'all')
+        >>> check_head_spec([(0, "a")])
+        Traceback (most recent call last):
+        ...
+        ValueError: heads: expected 'all' or 0-based (layer, head) pairs of integers, got (0, 'a')
+    """
+    if isinstance(heads, str):
+        if heads != "all":
+            raise ValueError(f"{name}: a string must be 'all' (use paper_heads() for the papers' "
+                             f"1-based labels), got {heads!r}")
+        return "all"
+    if not hasattr(heads, "__iter__"):
+        raise ValueError(f"{name}: expected 'all' or 0-based (layer, head) pairs, got {heads!r}")
+    out: list[Head] = []
+    for pair in heads:
+        ok = (isinstance(pair, (tuple, list)) or torch.is_tensor(pair)) and len(pair) == 2
+        if ok:
+            try:
+                layer, head = check_int_list(name, pair, lo=0)
+            except ValueError:
+                ok = False
+        if not ok:
+            raise ValueError(f"{name}: expected 'all' or 0-based (layer, head) pairs of integers, "
+                             f"got {pair!r}")
+        out.append((layer, head))
+    return out
+
+
+def check_hook_list(hooks: Any, name: str = "hooks") -> list[str]:
+    """One hook name or an iterable of them, as a non-empty list of strings, else ValueError.
+
+    Example:
+        >>> check_hook_list("hook_resid_pre")
+        ['hook_resid_pre']
+    """
+    items = [hooks] if isinstance(hooks, str) else (list(hooks) if hasattr(hooks, "__iter__")
+                                                    else None)
+    if not items or not all(isinstance(h, str) for h in items):
+        raise ValueError(f"{name}: expected a hook name or a non-empty list of hook names (e.g. "
+                         f"'hook_resid_pre', 'blocks.1.attn.hook_z'), got {hooks!r}")
+    return items
+
+
 def resolve_heads(n_layers: int, n_heads: int, heads: HeadSpec) -> list[Head]:
     """Validate 0-based ``(layer, head)`` pairs (or ``"all"``) against a model's shape.
 
@@ -125,17 +175,11 @@ def resolve_heads(n_layers: int, n_heads: int, heads: HeadSpec) -> list[Head]:
         >>> resolve_heads(2, 2, "all")
         [(0, 0), (0, 1), (1, 0), (1, 1)]
     """
-    if isinstance(heads, str):
-        if heads != "all":
-            raise ValueError(f"heads: a string must be 'all' (use paper_heads() for the papers' "
-                             f"1-based labels), got {heads!r}")
+    heads = check_head_spec(heads)
+    if heads == "all":
         return [(l, h) for l in range(n_layers) for h in range(n_heads)]
     out: list[Head] = []
-    for pair in heads:
-        try:
-            layer, head = (int(x) for x in pair)
-        except (TypeError, ValueError):
-            raise ValueError(f"heads: expected 0-based (layer, head) pairs, got {pair!r}") from None
+    for layer, head in heads:
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise ValueError(f"heads: ({layer}, {head}) is out of range; layers are 0..{n_layers - 1}"
                              f" and heads 0..{n_heads - 1} (0-based; convert the papers' 1-based "

@@ -60,6 +60,10 @@ class MaskSubstitution(Intervention):
             value = float(value)
         except (TypeError, ValueError):
             raise ValueError(f"value: expected a real number, got {value!r}") from None
+        lo, hi, half = self.tokenizer.v_min, self.tokenizer.v_max, 0.5 / self.tokenizer.scale
+        if not lo - half <= value <= hi + half:  # NaN fails too
+            raise ValueError(f"value: must be a real number in [{lo}, {hi}] (the tokenizer's "
+                             f"range), got {value!r}")
         self.value = value
         self.token_id = int(self.tokenizer.encode(torch.tensor(value)))  # validates the range
 

@@ -37,6 +37,7 @@ from torch import Tensor
 from tfmatcomp.interventions.base import Intervention
 from tfmatcomp.hook_names import check_layers
 from tfmatcomp.param_groups import GROUPS, group_predicate
+from tfmatcomp.validation import check_bool, check_int_list
 
 __all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
 
@@ -83,11 +84,13 @@ class WeightTransplant(Intervention):
         if not hasattr(donor, "named_parameters") or not hasattr(donor, "cfg"):
             raise TypeError(f"donor: expected a HookedEncoder, got {type(donor).__name__}")
         self.donor = donor
-        self.params = [params] if isinstance(params, str) else list(params)
-        if not self.params:
-            raise ValueError("params: give at least one group or parameter name")
-        self.layers = None if layers is None else sorted({int(l) for l in layers})
-        self.strict = bool(strict)
+        self.params = [params] if isinstance(params, str) else (
+            list(params) if hasattr(params, "__iter__") else [])
+        if not self.params or not all(isinstance(p, str) for p in self.params):
+            raise ValueError(f"params: give a group {sorted(GROUPS)} or parameter name, or a "
+                             f"non-empty list of them, got {params!r}")
+        self.layers = None if layers is None else sorted(set(check_int_list("layers", layers, lo=0)))
+        self.strict = check_bool("strict", strict)
 
     def describe(self) -> str:
         layers = "all layers" if self.layers is None else f"layers {self.layers} (0-based)"

@@ -42,6 +42,10 @@ def run_dir(name: str = "tiny") -> Path:
     Raises:
         ValueError: for an unknown name, listing the bundled ones.
     """
+    names = sorted(available())
+    if not isinstance(name, str) or name not in names:  # a name, never a path ("../x", "/tmp/run")
+        raise ValueError(f"name: no bundled run {name!r}; bundled runs are {names} (to load a "
+                         "checkpoint from a path use tfmatcomp.load_checkpoint)")
     path = _ROOT / name
     if not (path / "pretrained.json").exists():
         raise ValueError(f"name: no bundled run {name!r}; bundled runs are {sorted(available())}")

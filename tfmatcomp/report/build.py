@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from tfmatcomp.report.render import render
 from tfmatcomp.report.run import load_context
 from tfmatcomp.report.sections import SECTIONS, Section
+from tfmatcomp.validation import check_device, check_seed, is_int, writable_output
 
 __all__ = ["Report", "build_report"]
 
@@ -69,15 +70,29 @@ def build_report(
         A :class:`Report`; sections that raised are listed in ``report.failed`` and shown in the
         HTML with their traceback (the others are still computed).
     """
-    if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 8:
+    if not is_int(n_samples) or n_samples < 8:
         raise ValueError(f"n_samples: must be an integer >= 8, got {n_samples!r}")
+    check_seed("seed", seed)
+    if device is not None:
+        check_device("device", device)
+    if isinstance(sections, str) or (sections is not None and not hasattr(sections, "__iter__")):
+        raise ValueError(f"sections: must be a list of section keys from {list(SECTIONS)}, got "
+                         f"{sections!r}")
     keys = list(SECTIONS) if sections is None else list(sections)
     unknown = [k for k in keys if k not in SECTIONS]
     if unknown:
         raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")
-    t0 = time.perf_counter()
-    ctx = load_context(run, pre_step=pre_step, post_step=post_step, n_samples=n_samples,
-                       seed=seed, device=device)
+    with writable_output("out", out) as out:  # checked before anything is computed
+        t0 = time.perf_counter()
+        ctx = load_context(run, pre_step=pre_step, post_step=post_step, n_samples=n_samples,
+                           seed=seed, device=device)
+        done = _compute(ctx, keys, progress)
+        out.write_text(render(ctx, done, time.perf_counter() - t0), encoding="utf-8")
+    return Report(path=out, sections=done)
+
+
+def _compute(ctx, keys: list[str], progress: bool) -> list[Section]:
+    """Run every section in ``keys``; a failed section records its traceback, the others go on."""
     done: list[Section] = []
     bar = tqdm(keys, desc="report", disable=not progress, dynamic_ncols=True)
     for key in bar:
@@ -93,7 +108,4 @@ def build_report(
             print(f"report: section {key!r} failed:\n{section.error}", file=sys.stderr)
         section.seconds = time.perf_counter() - start
         done.append(section)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(ctx, done, time.perf_counter() - t0), encoding="utf-8")
-    return Report(path=out, sections=done)
+    return done

@@ -1,0 +1,136 @@
+"""A crafted checkpoint cannot lead the loader astray, and the CLI fails early and cleanly (issue 13,
+findings 4, 7 and 9)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import tfmatcomp as tm
+from tfmatcomp.checkpoint import _parameter_count
+from tfmatcomp.cli import main
+
+MODEL = tm.HookedEncoder(tm.get_preset("tiny").model)
+DIGEST = "0" * 64
+
+
+def _crafted(tmp_path: Path, edit) -> Path:
+    path = tm.save_checkpoint(MODEL, tmp_path / "ckpt", step=0)
+    config = json.loads((path / "config.json").read_text())
+    edit(config, path)
+    (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def _add_file(name, link_to=None):
+    def edit(config, path):
+        config["files"][name] = DIGEST
+        if link_to is not None:
+            os.symlink(link_to, path / name)
+    return edit
+
+
+CRAFTED = {
+    "absolute /dev/zero": (_add_file("/dev/zero"), ["'/dev/zero'", "plain file names"]),
+    "parent traversal": (_add_file("../../../../etc/passwd"), ["plain file names"]),
+    "symlink to /dev/zero": (_add_file("zero", "/dev/zero"), ["symlink", "outside"]),
+    "symlink to /etc/passwd": (_add_file("pw", "/etc/passwd"), ["symlink", "outside"]),
+    "empty name": (_add_file(""), ["plain file names"]),
+    "dot-dot": (_add_file(".."), ["plain file names"]),
+    "files not a dict": (lambda c, p: c.update(files=["model.safetensors"]), ["'files'", "SHA-256"]),
+    "digest not a string": (lambda c, p: c["files"].update({"model.safetensors": 3}), ["digest"]),
+    "huge d_model": (lambda c, p: c["model"].update(d_model=2**22), ["parameters", "refused"]),
+    "huge n_layers": (lambda c, p: c["model"].update(n_layers=10**9), ["parameters", "refused"]),
+    "other shapes, same count": (lambda c, p: c["model"].update(n_heads=8, d_head=8),
+                                 ["do not match", "shape"]),
+    "NaN init_range": (lambda c, p: c["model"].update(init_range=float("nan")), ["init_range"]),
+    "step not an int": (lambda c, p: c.update(step="latest"), ["step"]),
+}
+
+
+@pytest.mark.parametrize("edit, words", CRAFTED.values(), ids=list(CRAFTED))
+def test_crafted_config_is_refused_quickly(tmp_path, edit, words):
+    path = _crafted(tmp_path, edit)
+    start = time.perf_counter()
+    with pytest.raises(tm.CheckpointError) as info:
+        tm.load_checkpoint(path)
+    assert time.perf_counter() - start < 5
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_config_json_that_is_a_device_or_fifo_is_refused(tmp_path):
+    path = tm.save_checkpoint(MODEL, tmp_path / "a", step=0)
+    (path / "config.json").unlink()
+    os.symlink("/dev/zero", path / "config.json")
+    with pytest.raises(tm.CheckpointError, match="outside"):
+        tm.load_checkpoint(path)
+    path = tm.save_checkpoint(MODEL, tmp_path / "b", step=0)
+    (path / "model.safetensors").unlink()
+    os.mkfifo(path / "model.safetensors")
+    with pytest.raises(tm.CheckpointError, match="not a regular file"):
+        tm.load_checkpoint(path)
+
+
+def test_symlink_inside_the_checkpoint_is_fine(tmp_path):
+    path = tm.save_checkpoint(MODEL, tmp_path / "ckpt", step=0)
+    (path / "weights.bin.real").write_bytes((path / "model.safetensors").read_bytes())
+    (path / "model.safetensors").unlink()
+    os.symlink("weights.bin.real", path / "model.safetensors")
+    assert tm.load_checkpoint(path).cfg == MODEL.cfg
+
+
+def test_parameter_count_matches_the_model():
+    for cfg in [tm.get_preset("tiny").model,
+                tm.EncoderConfig(n_layers=1, n_heads=2, d_model=6, d_mlp=5, n_ctx=3, d_vocab=7,
+                                 d_head=4, n_token_types=2, d_out=3)]:
+        assert _parameter_count(cfg) == sum(p.numel() for p in tm.HookedEncoder(cfg).parameters())
+
+
+def test_loaded_dtype_follows_the_weights(tmp_path):
+    path = tm.save_checkpoint(MODEL.to(torch.float64), tmp_path / "ckpt", step=0)
+    MODEL.to(torch.float32)
+    assert tm.load_checkpoint(path).dtype == torch.float64
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["demo", "--bundled", "-o", "/etc/hostname/report.html"], ["out", "not a directory"]),
+    (["report", "tiny", "-o", "/dev/full"], ["out", "not a regular file"]),
+    (["report", "tiny", "-o", "{tmp}/r.html", "--device", "bogus"], ["--device", "'cpu'"]),
+    (["report", "tiny", "-o", "{tmp}/r.html", "--samples", "3"], ["n_samples"]),
+    (["report", "tiny", "-o", "{tmp}/r.html", "--seed", str(2**64)], ["seed", "2**63 - 1"]),
+    (["report", "tiny", "-o", "{tmp}/r.html", "--sections", "nope"], ["sections", "training"]),
+    (["train", "--out", "{tmp}/run", "--lr", "inf", "--steps", "2"], ["lr", "finite"]),
+    (["train", "--out", "{tmp}/run", "--device", "bogus", "--steps", "2"], ["--device"]),
+] + ([] if torch.cuda.is_available() else [
+    (["train", "--out", "{tmp}/run", "--device", "cuda", "--steps", "2"], ["CUDA is not available"]),
+]), ids=lambda v: " ".join(v) if isinstance(v, list) and v and "-" in "".join(v) else None)
+def test_cli_user_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, capsys, argv, words):
+    argv = [a.replace("{tmp}", str(tmp_path / "sub")) for a in argv]
+    start = time.perf_counter()
+    assert main(argv) == 2
+    assert time.perf_counter() - start < 30  # refused before computing anything
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"tfmatcomp {argv[0]}: error:"), err
+    assert all(w in err for w in words), err
+    assert not (tmp_path / "sub").exists()
+
+
+def test_cli_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(ValueError, match="lr"):
+        main(["--debug", "train", "--out", str(tmp_path / "run"), "--lr", "nan"])
+    with pytest.raises(ValueError, match="lr"):
+        main(["train", "--out", str(tmp_path / "run"), "--lr", "nan", "--debug"])
+
+
+def test_failed_report_removes_the_directories_it_created(tmp_path):
+    with pytest.raises(ValueError, match="run"):
+        tm.report.build_report("no-such-run", tmp_path / "a" / "b" / "r.html")
+    assert list(tmp_path.iterdir()) == []
