@@ -190,7 +190,8 @@ def test_n_steps_below_the_resumed_step_is_an_error(tmp_path, capsys):
 def _hold_lock_in_another_process(out: Path) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import importlib.util, sys, time
-        spec = importlib.util.spec_from_file_location("rundir", {str(ROOT / "tfmatcomp/rundir.py")!r})
+        path = {str(ROOT / "tfmatcomp/rundir.py")!r}  # standalone: no tfmatcomp import
+        spec = importlib.util.spec_from_file_location("rundir", path)
         rundir = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(rundir)
         lock = rundir.RunDirLock({str(out)!r}).acquire()
@@ -208,8 +209,8 @@ def test_a_second_trainer_fails_at_once_naming_the_holder(tmp_path):
     try:
         before = snapshot(tmp_path / "run")
         t0 = time.perf_counter()
-        with pytest.raises(RunDirLockedError, match=rf"in use by another trainer \(pid {proc.pid} on "
-                                                    r"host .+, since \d{4}-"):
+        holder = rf"in use by another trainer \(pid {proc.pid} on host .+, since \d{{4}}-"
+        with pytest.raises(RunDirLockedError, match=holder):
             run(tmp_path / "run", n_steps=20, resume=True)
         assert time.perf_counter() - t0 < 5
         with pytest.raises(RunDirLockedError, match=f"pid {proc.pid}"):
@@ -253,7 +254,7 @@ def test_unreadable_metrics_lines_are_set_aside_not_the_rows_after_them(tmp_path
     lines = log.read_bytes().splitlines(keepends=True)
     lines[2] = b"\x00\xffgarbage\n"  # row 3 of 8
     log.write_bytes(b"".join(lines))
-    with pytest.warns(UserWarning, match=r"metrics.jsonl: 1 unreadable line\(s\) set aside \(line 3\)"):
+    with pytest.warns(UserWarning, match=r"jsonl: 1 unreadable line\(s\) set aside \(line 3\)"):
         assert tm.read_metrics(out)["step"].tolist() == [5, 10, 20, 25, 30, 35, 40]
     with pytest.warns(UserWarning, match="line 3"):
         resumed = run(out, n_steps=50, resume=True)
@@ -387,7 +388,8 @@ def test_killed_at_any_moment_the_resumed_run_is_bit_identical(tmp_path):
     out = tmp_path / "run"
     kills = [["fsync", 12], ["log", 1], ["rename", 2], ["strip", 2], ["fsync", 3],
              ["delay", 400], ["delay", 400], ["delay", 400], ["delay", 400]]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.Popen(
         [sys.executable, "-c", LAUNCHER, str(out), json.dumps(dict(kw, model=MODEL)),
          json.dumps(kills)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

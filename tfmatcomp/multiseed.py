@@ -43,7 +43,9 @@ from tfmatcomp.checkpoint import latest_checkpoint, list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.metrics import losses
 from tfmatcomp.model import HookedEncoder
-from tfmatcomp.training import Trainer, TrainResult, _check_n_steps, _check_resume_overwrite
+from tfmatcomp.training import (
+    Trainer, TrainResult, _check_n_steps, _check_resume_overwrite, _resume_and_run,
+)
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "train_many", "parse_seeds", "seed_dir",
            "GROUP_FILE"]
@@ -447,9 +449,4 @@ def train_many(
     trainer = MultiSeedTrainer(preset, seeds=seeds, model_cfg=model_cfg, task_cfg=task_cfg,
                                train_cfg=train_cfg, out_dir=out_dir, device=device,
                                progress=progress, overwrite=overwrite, **train_overrides)
-    try:
-        if resume:
-            trainer.resume()
-        return trainer.run()
-    finally:
-        trainer.close()
+    return _resume_and_run(trainer, resume)

@@ -1,7 +1,7 @@
 """Run directories: one run per directory, one writer at a time, nothing left half-done.
 
 A run directory (the ``out_dir`` of :func:`tfmatcomp.train`, or a multi-seed group directory of
-:func:`tfmatcomp.train_many`) holds exactly one run. The trainers enforce three rules through this
+:func:`tfmatcomp.train_many`) holds exactly one run. The trainers enforce these rules through this
 module:
 
 * **No mixing.** Training from step 0 into a directory that already holds a run is refused
@@ -17,6 +17,9 @@ module:
 * **No leftovers.** Temporary checkpoint directories that a kill left behind (``.step_*.tmp-*``,
   ``.step_*.old-*``) are removed when the run is resumed (a checkpoint caught between its two
   renames is put back first).
+* **No lost rows.** The metrics log is read row by row: an unreadable line is set aside with a
+  warning, never taken as the end of the log. Resume cuts the run back to its checkpoint
+  (:func:`cut_back`) and keeps the unreadable lines in ``metrics.jsonl.bad``.
 
 Example:
     >>> import tempfile
@@ -40,8 +43,12 @@ import os
 import re
 import shutil
 import socket
+import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
 
 try:
     import fcntl
@@ -49,23 +56,29 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
     import msvcrt
 
-__all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "LOCK_FILE", "is_empty",
-           "foreign_entries", "check_fresh", "check_kind", "checkpoint_dirs", "remove_leftovers"]
+__all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "LOCK_FILE", "METRICS_FILE",
+           "BAD_LINES_FILE", "is_empty", "foreign_entries", "check_fresh", "check_kind",
+           "checkpoint_dirs", "remove_leftovers", "read_log", "cut_back", "run_configs",
+           "strip_state", "fingerprint"]
 
 #: The lock file inside a run directory.
 LOCK_FILE = ".lock"
+#: The metrics log, one JSON object per logged step.
+METRICS_FILE = "metrics.jsonl"
+#: Where resume keeps the metrics log's unreadable lines (``{"line": n, "text": ...}`` per line).
+BAD_LINES_FILE = "metrics.jsonl.bad"
 #: What a start that failed before its first logged step leaves (besides an empty metrics log).
 _START_FILES = {LOCK_FILE, "run.json", "seeds.json"}
 #: Everything a run or a multi-seed group writes; ``overwrite`` clears nothing else.
-_RUN_FILES = _START_FILES | {"metrics.jsonl", "metrics.jsonl.tmp", "metrics.jsonl.bad",
-                             "checkpoints"}
+_RUN_FILES = _START_FILES | {METRICS_FILE, f"{METRICS_FILE}.tmp", BAD_LINES_FILE, "checkpoints"}
 _SEED_DIR = re.compile(r"seed-\d+")
 _LEFTOVER = re.compile(r"\.(step_\d+)\.(tmp|old)-.+")
 _WINDOWS_LOCK_OFFSET = 1 << 30  # lock a byte far past the holder's note, so it stays readable
 
 
 class RunDirError(ValueError):
-    """A run directory that cannot be used as asked (it holds another run, nothing to resume, ...)."""
+    """A run directory that cannot be used as asked (it holds another run, has nothing to
+    resume, ...)."""
 
 
 class RunDirLockedError(RunDirError):
@@ -166,8 +179,8 @@ def checkpoint_dirs(out_dir: str | os.PathLike) -> dict[int, Path]:
 def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
     """Remove what a killed trainer can leave half-written in ``out_dir``; return their names.
 
-    Removes ``checkpoints/.step_*.tmp-*`` (a checkpoint being written), ``checkpoints/.step_*.old-*``
-    (a checkpoint being replaced; renamed back into place first when the replacement never
+    Removes ``checkpoints/.step_*.tmp-*`` (a checkpoint being written),
+    ``checkpoints/.step_*.old-*`` (a checkpoint being replaced; renamed back into place first when the replacement never
     arrived), ``config.json.tmp`` inside checkpoints and ``metrics.jsonl.tmp``. Call it only while
     holding the directory's lock.
     """
@@ -191,6 +204,108 @@ def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
     return removed
 
 
+# ------------------------------------------------------------------------- the run's files
+def read_log(path: str | os.PathLike, stacklevel: int = 2
+             ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """``(records, bad)``: every valid row of a metrics log (a JSON object with an integer
+    ``step``), and its unreadable lines as ``(line number, text)``, with a warning naming the
+    file and the line numbers when there are any. An absent log reads as empty."""
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    records, bad = [], []
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, int) and not isinstance(step, bool):
+            records.append(record)
+        else:
+            bad.append((n, raw.decode(errors="replace")))
+    if bad:
+        lines = ", ".join(str(n) for n, _ in bad[:10]) + (", ..." if len(bad) > 10 else "")
+        warnings.warn(f"{path}: {len(bad)} unreadable line(s) set aside (line {lines}); every "
+                      "other row is kept", stacklevel=stacklevel + 1)
+    return records, bad
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
+    """Cut a run back to ``step`` (before continuing it from there) and return its log rows.
+
+    Checkpoint directories after ``step`` are removed (with a warning), the metrics log keeps its
+    rows up to ``step`` (rewritten atomically), and its unreadable lines are appended to
+    ``metrics.jsonl.bad``. Call it only while holding the directory's lock.
+    """
+    out_dir = Path(out_dir)
+    later = [p for s, p in checkpoint_dirs(out_dir).items() if s > step]
+    for p in later:
+        shutil.rmtree(p)
+    if later:
+        warnings.warn(f"out_dir: removed checkpoints after step {step} in {out_dir} "
+                      f"({[p.name for p in later]}); training writes them again", stacklevel=3)
+    log = out_dir / METRICS_FILE
+    records, bad = read_log(log, stacklevel=3)
+    if bad:
+        with open(out_dir / BAD_LINES_FILE, "a") as f:
+            f.writelines(json.dumps({"line": n, "text": text}) + "\n" for n, text in bad)
+    kept = [r for r in records if r["step"] <= step]
+    if log.exists():
+        _write_atomic(log, "".join(json.dumps(r) + "\n" for r in kept))
+    return kept
+
+
+def run_configs(out_dir: str | os.PathLike
+                ) -> tuple[EncoderConfig, TaskConfig, TrainConfig] | None:
+    """The model, task and training configs that ``run.json`` records (None without one).
+
+    Raises:
+        RunDirError: ``run.json`` is unreadable.
+    """
+    from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig  # rundir stays standalone
+
+    path = Path(out_dir) / "run.json"
+    if not path.exists():
+        return None
+    try:
+        run = json.loads(path.read_text())
+        return (EncoderConfig.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
+                TrainConfig.from_dict(run["train"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True to start "
+                          "this directory again") from None
+
+
+def strip_state(path: str | os.PathLike) -> None:
+    """Drop a checkpoint's training state, rewriting its ``config.json`` file list atomically
+    first (a kill in between leaves files that nothing lists, never a list naming lost files)."""
+    path = Path(path)
+    config_file = path / "config.json"
+    config = json.loads(config_file.read_text())
+    for name in ("state.safetensors", "state.json"):
+        config.get("files", {}).pop(name, None)
+    _write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True))
+    for name in ("state.safetensors", "state.json"):
+        (path / name).unlink(missing_ok=True)
+
+
+def fingerprint(out_dir: str | os.PathLike) -> tuple:
+    """What changes when anyone trains in ``out_dir``: the log's size and time, the checkpoints."""
+    log = Path(out_dir) / METRICS_FILE
+    stat = (log.stat().st_size, log.stat().st_mtime_ns) if log.exists() else None
+    return stat, tuple(checkpoint_dirs(out_dir))
+
+
+# ---------------------------------------------------------------------------------- the lock
 class RunDirLock:
     """The exclusive lock on a run directory (``RUN_DIR/.lock``), held while a trainer writes.
 

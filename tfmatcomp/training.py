@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 import warnings
 from dataclasses import dataclass, replace
@@ -45,13 +44,10 @@ from tfmatcomp.checkpoint import (
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.metrics import losses, masked_mse
 from tfmatcomp.model import HookedEncoder
-from tfmatcomp.rundir import RunDirError
+from tfmatcomp.rundir import METRICS_FILE, RunDirError
 
 __all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device"]
 
-METRICS_FILE = "metrics.jsonl"
-#: Where resume sets aside the metrics log's unreadable lines (one JSON object per line).
-BAD_LINES_FILE = "metrics.jsonl.bad"
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
 
@@ -192,7 +188,7 @@ class Trainer:
                 else:
                     rundir.check_fresh(self.out_dir, self.overwrite)
                 self._claimed = True
-            elif _fingerprint(self.out_dir) != self._fingerprint:
+            elif rundir.fingerprint(self.out_dir) != self._fingerprint:
                 raise RunDirError(
                     f"out_dir: {self.out_dir} changed since this trainer last wrote to it "
                     "(another trainer used it); continue it with a new Trainer and resume()")
@@ -203,7 +199,7 @@ class Trainer:
     def close(self) -> None:
         """Release the run directory's lock (done at the end of every :meth:`run`)."""
         if self._lock is not None and self._lock.held:
-            self._fingerprint = _fingerprint(self.out_dir)
+            self._fingerprint = rundir.fingerprint(self.out_dir)
             self._lock.release()
 
     def save(self, strip_older: bool = True) -> Path:
@@ -224,7 +220,7 @@ class Trainer:
         """Drop the training state of every checkpoint but the current step's."""
         for step, p in list_checkpoints(self.out_dir).items():
             if step != self.step and (p / "state.json").exists():
-                _strip_state(p)
+                rundir.strip_state(p)
 
     def resume(self) -> bool:
         """Continue from the latest checkpoint with usable training state.
@@ -279,14 +275,7 @@ class Trainer:
             for p, q in zip(self.model.parameters(), model.parameters()):
                 p.copy_(q)
         self.load_training_state(tensors, state)
-        later = [p for s, p in rundir.checkpoint_dirs(self.out_dir).items() if s > self.step]
-        for p in later:
-            shutil.rmtree(p)
-        if later:
-            warnings.warn(f"out_dir: removed checkpoints after step {self.step} in "
-                          f"{self.out_dir} ({[p.name for p in later]}); training writes them again",
-                          stacklevel=3)
-        self._cut_log()
+        self.records = rundir.cut_back(self.out_dir, self.step)
 
     def _restart(self) -> None:
         """Resume at step 0: the directory holds at most the start of this very run."""
@@ -294,21 +283,15 @@ class Trainer:
         if foreign:
             raise RunDirError(f"out_dir: {self.out_dir} holds files that no run writes "
                               f"({foreign[:6]}) and no checkpoint; choose another directory")
-        run_file = self.out_dir / "run.json"
-        if run_file.exists():
-            try:
-                run = json.loads(run_file.read_text())
-                model_cfg = EncoderConfig.from_dict(run["model"])
-                task_cfg = TaskConfig.from_dict(run["task"])
-                train_cfg = TrainConfig.from_dict(run["train"])
-            except (ValueError, KeyError, TypeError) as e:
-                raise RunDirError(f"out_dir: {run_file} is unreadable ({e}); pass overwrite=True "
-                                  "to start this directory again") from None
+        recorded = rundir.run_configs(self.out_dir)
+        if recorded is not None:
+            model_cfg, task_cfg, train_cfg = recorded
+            source = str(self.out_dir / "run.json")
             if model_cfg != self.model_cfg:
-                raise ConfigMismatchError(f"model_cfg: {run_file} records another model config "
+                raise ConfigMismatchError(f"model_cfg: {source} records another model config "
                                           f"({model_cfg})")
-            self._check_same_run(task_cfg, train_cfg, str(run_file))
-        self._cut_log()
+            self._check_same_run(task_cfg, train_cfg, source)
+        self.records = rundir.cut_back(self.out_dir, 0)
 
     def _check_same_run(self, task_cfg: TaskConfig | None, train_cfg: TrainConfig | None,
                         source: str) -> None:
@@ -321,17 +304,6 @@ class Trainer:
         if changed:
             raise ConfigMismatchError(f"train_cfg: {changed} differ from {source}; resuming would "
                                       "not continue the same trajectory")
-
-    def _cut_log(self) -> None:
-        """Keep the metrics log's rows up to the current step; set unreadable lines aside."""
-        log = self.out_dir / METRICS_FILE
-        records, bad = _read_log(log)
-        if bad:
-            with open(self.out_dir / BAD_LINES_FILE, "a") as f:
-                f.writelines(json.dumps({"line": n, "text": text}) + "\n" for n, text in bad)
-        self.records = [r for r in records if r["step"] <= self.step]
-        if log.exists():
-            _write_jsonl(log, self.records)
 
     # ------------------------------------------------------------- loop
     def open_log(self):
@@ -466,12 +438,7 @@ def train(
     trainer = Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
                       out_dir=out_dir, device=device, model=model, trainable=trainable,
                       progress=progress, overwrite=overwrite, **train_overrides)
-    try:
-        if resume:
-            trainer.resume()
-        return trainer.run()
-    finally:
-        trainer.close()
+    return _resume_and_run(trainer, resume)
 
 
 def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
@@ -485,7 +452,7 @@ def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
         path = path / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"path: no metrics log at {path}")
-    return pd.DataFrame(_read_log(path, stacklevel=3)[0])
+    return pd.DataFrame(rundir.read_log(path, stacklevel=3)[0])
 
 
 def _check_resume_overwrite(resume: bool, overwrite: bool) -> None:
@@ -493,6 +460,16 @@ def _check_resume_overwrite(resume: bool, overwrite: bool) -> None:
     if resume and overwrite:
         raise ValueError("resume, overwrite: give at most one of them (resume continues the run "
                          "in out_dir, overwrite deletes it)")
+
+
+def _resume_and_run(trainer: Any, resume: bool) -> Any:
+    """Resume ``trainer`` when asked and run it; release its directory's lock however it ends."""
+    try:
+        if resume:
+            trainer.resume()
+        return trainer.run()
+    finally:
+        trainer.close()
 
 
 def _check_n_steps(n_steps: Any, step: int, out_dir: Path | None) -> int:
@@ -503,54 +480,3 @@ def _check_n_steps(n_steps: Any, step: int, out_dir: Path | None) -> int:
                          f"{'in ' + str(out_dir) + ' ' if out_dir else ''}stands; training never "
                          f"goes back: give n_steps >= {step}")
     return n_steps
-
-
-def _read_log(path: Path, stacklevel: int = 2) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-    """``(records, bad)``: every valid row of a metrics log, and its unreadable lines as
-    ``(line number, text)``, with a warning when there are any."""
-    if not path.exists():
-        return [], []
-    records, bad = [], []
-    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw.decode())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            record = None
-        step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, int) and not isinstance(step, bool):
-            records.append(record)
-        else:
-            bad.append((n, raw.decode(errors="replace")))
-    if bad:
-        lines = ", ".join(str(n) for n, _ in bad[:10]) + (", ..." if len(bad) > 10 else "")
-        warnings.warn(f"{path}: {len(bad)} unreadable line(s) set aside (line {lines}); every "
-                      "other row is kept", stacklevel=stacklevel + 1)
-    return records, bad
-
-
-def _fingerprint(out_dir: Path) -> tuple:
-    """What changes when anyone trains in ``out_dir``: the log's size and time, the checkpoints."""
-    log = out_dir / METRICS_FILE
-    stat = (log.stat().st_size, log.stat().st_mtime_ns) if log.exists() else None
-    return stat, tuple(rundir.checkpoint_dirs(out_dir))
-
-
-def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, path)
-
-
-def _strip_state(path: Path) -> None:
-    """Drop a checkpoint's training state, rewriting its config's file list atomically."""
-    config_file = path / "config.json"
-    config = json.loads(config_file.read_text())
-    for name in ("state.safetensors", "state.json"):
-        config.get("files", {}).pop(name, None)
-    tmp = config_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
-    os.replace(tmp, config_file)
-    for name in ("state.safetensors", "state.json"):
-        (path / name).unlink(missing_ok=True)
