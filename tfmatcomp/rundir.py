@@ -366,7 +366,10 @@ class RunDirLock:
         self.release()
 
     def __del__(self) -> None:
-        self.release()
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the process's end frees the lock anyway
+            pass
 
 
 def _lock(fd: int) -> None:
