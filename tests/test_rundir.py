@@ -414,3 +414,10 @@ def test_killed_at_any_moment_the_resumed_run_is_bit_identical(tmp_path):
     assert [s for s, p in tm.list_checkpoints(out).items() if (p / "state.json").exists()] == [60]
     assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE, "checkpoints", "metrics.jsonl",
                                                      "run.json"]
+
+
+def test_read_metrics_accepts_any_finite_number_as_step(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0.0, "L": 1}\n{"step": 50.0, "L": 2}\n'
+                                            '{"step": NaN, "L": 3}\n{"step": true}\n')
+    with pytest.warns(UserWarning, match=r"\(line 3, 4\)"):
+        assert tm.read_metrics(tmp_path)["step"].tolist() == [0.0, 50.0]

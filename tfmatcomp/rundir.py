@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import re
 import shutil
@@ -207,8 +208,8 @@ def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
 # ------------------------------------------------------------------------- the run's files
 def read_log(path: str | os.PathLike, stacklevel: int = 2
              ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-    """``(records, bad)``: every valid row of a metrics log (a JSON object with an integer
-    ``step``), and its unreadable lines as ``(line number, text)``, with a warning naming the
+    """``(records, bad)``: every valid row of a metrics log (a JSON object with a finite number
+    as ``step``), and its unreadable lines as ``(line number, text)``, with a warning naming the
     file and the line numbers when there are any. An absent log reads as empty."""
     path = Path(path)
     if not path.exists():
@@ -222,7 +223,7 @@ def read_log(path: str | os.PathLike, stacklevel: int = 2
         except (UnicodeDecodeError, json.JSONDecodeError):
             record = None
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, int) and not isinstance(step, bool):
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
             records.append(record)
         else:
             bad.append((n, raw.decode(errors="replace")))
