@@ -100,3 +100,41 @@ def test_cli_trains_several_seeds(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "seed 0, step 10" in out and "seed 1, step 10" in out
     assert tm.read_metrics(tmp_path / "g" / "seed-1")["step"].tolist() == [5, 10]
+
+
+def test_a_crash_between_two_seeds_checkpoints_resumes_at_their_common_step(tmp_path, monkeypatch):
+    kw = dict(SMALL, checkpoint_every=10)
+    full = tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=tmp_path / "full", **kw)
+    real_save = tm.Trainer.save
+
+    def save(self, strip_older=True):
+        if self.step == 30 and self.train_cfg.seed == 1:
+            raise KeyboardInterrupt  # killed after seed 0 wrote step 30, before seed 1 did
+        return real_save(self, strip_older)
+
+    monkeypatch.setattr(tm.Trainer, "save", save)
+    with pytest.raises(KeyboardInterrupt):
+        tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=tmp_path / "cut", **kw)
+    monkeypatch.undo()
+    assert set(tm.list_checkpoints(seed_dir(tmp_path / "cut", 0))) == {10, 20, 30}
+    with pytest.warns(UserWarning, match="step_0000030"):
+        resumed = tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=tmp_path / "cut",
+                                resume=True, **kw)
+    for seed in (0, 1):
+        assert resumed[seed].metrics.drop(columns="elapsed_s").equals(
+            full[seed].metrics.drop(columns="elapsed_s"))
+        assert set(tm.list_checkpoints(seed_dir(tmp_path / "cut", seed))) == {10, 20, 30, 40}
+
+
+def test_resume_of_a_group_is_idempotent_and_never_goes_back(tmp_path):
+    """What ``tfmatcomp demo`` relies on: resume=True starts, continues and finishes a group."""
+    kw = dict(SMALL, checkpoint_every=10)
+    out = tmp_path / "g"
+    first = tm.train_many("tiny", seeds=[0, 1], n_steps=20, out_dir=out, resume=True, **kw)
+    again = tm.train_many("tiny", seeds=[0, 1], n_steps=20, out_dir=out, resume=True, **kw)
+    assert again.step == first.step == 20
+    assert tm.read_metrics(seed_dir(out, 1))["step"].tolist() == [20]
+    with pytest.raises(ValueError, match="n_steps: 10 is below step 20"):
+        tm.train_many("tiny", seeds=[0, 1], n_steps=10, out_dir=out, resume=True, **kw)
+    with pytest.raises(ValueError, match=r"seeds: \[2\]"):
+        tm.train_many("tiny", seeds=[0, 1, 2], n_steps=30, out_dir=out, resume=True, **kw)

@@ -42,7 +42,13 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-steps", type=lambda s: tuple(int(x) for x in s.split(",") if x),
                    help="comma-separated steps that always get a checkpoint")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the run in --out from its latest checkpoint (starts fresh "
+                      "when --out is absent or empty)")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="delete the run in --out and train again from step 0 (without "
+                      "--resume or --overwrite, a non-empty --out is refused)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
@@ -60,7 +66,8 @@ def _train(args: argparse.Namespace) -> int:
         from tfmatcomp.multiseed import train_many
 
         runs = train_many(args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,
-                          resume=args.resume, progress=not args.no_progress, **overrides)
+                          resume=args.resume, overwrite=args.overwrite,
+                          progress=not args.no_progress, **overrides)
         for seed, result in runs:
             if len(result.metrics):
                 last = result.metrics.iloc[-1]
@@ -69,7 +76,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"runs written to {args.out}/seed-*")
         return 0
     result = train(args.preset, out_dir=args.out, device=args.device, resume=args.resume,
-                   progress=not args.no_progress, **overrides)
+                   overwrite=args.overwrite, progress=not args.no_progress, **overrides)
     last = result.metrics.iloc[-1] if len(result.metrics) else None
     if last is not None:
         print(f"step {result.step}: eval L_obs {last['eval_L_obs']:.3g}, "
@@ -139,6 +146,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
                    help=f"seeds trained at once (default {DEMO_SEEDS}); the report analyses the "
                         "typical one that dropped and shows them all")
     p.add_argument("--steps", type=int, help="training steps (default: the tiny preset's)")
+    p.add_argument("--overwrite", action="store_true", help="delete the runs in --out-dir and "
+                   "train again (by default an interrupted demo continues where it stopped)")
     _output_args(p, "training device (default: CUDA when present)")
 
 
@@ -157,7 +166,8 @@ def _demo(args: argparse.Namespace) -> int:
     overrides = {"n_steps": args.steps} if args.steps else {}
     print(f"training seeds {args.seeds} of the tiny preset at once into {args.out_dir} "
           "(resumes if interrupted)")
-    train_many("tiny", seeds=args.seeds, out_dir=args.out_dir, device=args.device, resume=True,
+    train_many("tiny", seeds=args.seeds, out_dir=args.out_dir, device=args.device,
+               resume=not args.overwrite, overwrite=args.overwrite,
                progress=not args.no_progress, **overrides)
     group = SeedGroup.load(args.out_dir)
     print(f"{len(group.dropped)} of {len(group.seeds)} seeds dropped"

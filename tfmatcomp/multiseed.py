@@ -38,11 +38,14 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from tfmatcomp.checkpoint import latest_checkpoint
+from tfmatcomp import rundir
+from tfmatcomp.checkpoint import latest_checkpoint, list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.metrics import losses
 from tfmatcomp.model import HookedEncoder
-from tfmatcomp.training import Trainer, TrainResult
+from tfmatcomp.training import (
+    Trainer, TrainResult, _check_n_steps, _check_resume_overwrite, _resume_and_run,
+)
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "train_many", "parse_seeds", "seed_dir",
            "GROUP_FILE"]
@@ -131,7 +134,10 @@ class MultiSeedTrainer:
             :class:`~tfmatcomp.Trainer`; ``train_overrides`` may not set ``seed``.
         seeds: the seeds (a sequence, an int, or text such as ``"0-7"``).
         out_dir: the group's directory; seed ``s`` writes its run to ``out_dir/seed-{s}``.
-            None keeps everything in memory.
+            None keeps everything in memory. As for a single run, training from step 0 refuses a
+            directory that already holds runs, and the group directory and every seed's
+            directory are locked while the trainer writes.
+        overwrite: clear ``out_dir`` (every seed's directory with it) before training from step 0.
     """
 
     def __init__(
@@ -145,12 +151,16 @@ class MultiSeedTrainer:
         out_dir: str | os.PathLike | None = None,
         device: torch.device | str | None = None,
         progress: bool = True,
+        overwrite: bool = False,
         **train_overrides: Any,
     ):
         if "seed" in train_overrides:
             raise ValueError("seed: give the seeds with seeds=..., not seed=")
         self.seeds = parse_seeds(seeds)
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.overwrite = bool(overwrite)
+        self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
+        self._claimed = False
         self.progress = progress
         self.trainers = [
             Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
@@ -251,25 +261,71 @@ class MultiSeedTrainer:
     def step(self) -> int:
         return self.trainers[0].step
 
+    # ------------------------------------------------------------- run directory
+    def _claim(self, resuming: bool) -> None:
+        """Lock the group directory and every seed's (see :meth:`Trainer._claim`)."""
+        if self._lock is None:
+            return
+        try:
+            if not self._lock.held:
+                self._lock.acquire()
+                if not self._claimed:
+                    if resuming:
+                        rundir.check_kind(self.out_dir, group=True)
+                        self._check_group_file()
+                    else:
+                        rundir.check_fresh(self.out_dir, self.overwrite)
+                    self._claimed = True
+            for t in self.trainers:
+                t._claim(resuming)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_group_file(self) -> None:
+        path = self.out_dir / GROUP_FILE
+        if not path.exists():
+            return
+        try:
+            theirs = [int(s) for s in json.loads(path.read_text())["seeds"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise rundir.RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
+                                     "to start this directory again") from None
+        if sorted(theirs) != self.seeds:
+            diff = sorted(set(theirs) ^ set(self.seeds))
+            raise ValueError(f"seeds: {diff} differ: {self.out_dir} holds the group of seeds "
+                             f"{sorted(theirs)}, this call asks for {self.seeds}; resume with the "
+                             "same seeds or choose another directory")
+
+    def close(self) -> None:
+        """Release the locks on the group directory and every seed's (done at the end of
+        every :meth:`run`)."""
+        for t in self.trainers:
+            t.close()
+        if self._lock is not None:
+            self._lock.release()
+
     def resume(self) -> bool:
         """Continue every seed from the latest step at which all seeds have a checkpoint with
-        training state; False when none has one.
+        training state; False when none has one (every seed then starts again from step 0; see
+        :meth:`Trainer.resume`).
 
         Raises:
-            ValueError: if some seeds have a resumable checkpoint and others none.
+            ValueError: if some seeds have a resumable checkpoint and others none, or the group
+                directory was trained with other seeds.
+            RunDirError: see :meth:`Trainer.resume`.
         """
         if self.out_dir is None:
             raise ValueError("out_dir: resume needs a run directory")
+        self._claim(resuming=True)
         latest = {t.train_cfg.seed: latest_checkpoint(t.out_dir, with_state=True)
                   for t in self.trainers}
-        if all(p is None for p in latest.values()):
-            return False
         missing = sorted(s for s, p in latest.items() if p is None)
-        if missing:
+        if missing and len(missing) < len(self.seeds):
             raise ValueError(f"seeds: {missing} have no resumable checkpoint under {self.out_dir}; "
                              "resume them separately or start a new directory")
-        for t in self.trainers:
-            t.resume()
+        if not any([t.resume() for t in self.trainers]):
+            return False
         steps = {t.step for t in self.trainers}
         if len(steps) > 1:
             # A crash between two seeds' saves: all seeds still hold state at the earlier step.
@@ -281,15 +337,26 @@ class MultiSeedTrainer:
         return True
 
     def run(self, n_steps: int | None = None) -> MultiSeedResult:
-        """Train every seed until step ``n_steps`` (default: the config's)."""
+        """Train every seed until step ``n_steps`` (default: the config's).
+
+        Raises:
+            ValueError: ``n_steps`` is not a positive integer, or is below the current step.
+            RunDirError: see ``out_dir`` in the class docstring.
+        """
         cfg = self.train_cfg
-        n_steps = cfg.n_steps if n_steps is None else n_steps
-        if self.out_dir is not None:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-            (self.out_dir / GROUP_FILE).write_text(json.dumps(
-                {"seeds": self.seeds, "runs": [seed_dir(".", s).name for s in self.seeds]},
-                indent=2))
-        logs = [t.open_log() for t in self.trainers]
+        n_steps = _check_n_steps(cfg.n_steps if n_steps is None else n_steps, self.step,
+                                 self.out_dir)
+        logs = []
+        try:
+            if self.out_dir is not None:
+                self._claim(resuming=False)
+                (self.out_dir / GROUP_FILE).write_text(json.dumps(
+                    {"seeds": self.seeds, "runs": [seed_dir(".", s).name for s in self.seeds]},
+                    indent=2))
+            logs = [t.open_log() for t in self.trainers]
+        except BaseException:
+            self.close()
+            raise
         bar = tqdm(total=n_steps, initial=self.step, disable=not self.progress,
                    desc=f"train {len(self.seeds)} seeds", dynamic_ncols=True)
         train_gens = [t.train_gen for t in self.trainers]
@@ -334,6 +401,7 @@ class MultiSeedTrainer:
             for f in logs:
                 if f is not None:
                     f.close()
+            self.close()
         models = self.models()
         results = {s: TrainResult(model=models[s].eval(), metrics=pd.DataFrame(t.records),
                                   out_dir=t.out_dir, step=t.step)
@@ -344,19 +412,10 @@ class MultiSeedTrainer:
 
 def _resume_at(trainer: Trainer, step: int) -> None:
     """Reload ``trainer`` from its checkpoint at ``step`` (which must hold training state)."""
-    from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info, load_training_state
-    from tfmatcomp.training import _read_jsonl, _write_jsonl, METRICS_FILE
-
     path = list_checkpoints(trainer.out_dir).get(step)
     if path is None or not (path / "state.json").exists():
         raise ValueError(f"seeds: {trainer.out_dir} has no resumable checkpoint at step {step}")
-    model, _ = load_checkpoint_info(path, config=trainer.model_cfg)
-    with torch.no_grad():
-        for p, q in zip(trainer.model.parameters(), model.parameters()):
-            p.copy_(q)
-    trainer.load_training_state(*load_training_state(path))
-    trainer.records = [r for r in _read_jsonl(trainer.out_dir / METRICS_FILE) if r["step"] <= step]
-    _write_jsonl(trainer.out_dir / METRICS_FILE, trainer.records)
+    trainer._restore(path)
 
 
 def train_many(
@@ -369,6 +428,7 @@ def train_many(
     out_dir: str | os.PathLike | None = None,
     device: torch.device | str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
     **train_overrides: Any,
 ) -> MultiSeedResult:
@@ -376,6 +436,7 @@ def train_many(
 
     Seed ``s`` gets the run directory ``out_dir/seed-{s}``, an ordinary run: its checkpoints load
     with :func:`tfmatcomp.load_checkpoint` and it resumes with :func:`tfmatcomp.train` too.
+    ``resume`` and ``overwrite`` work as in :func:`tfmatcomp.train`, on the group as a whole.
 
     Example:
         >>> import tfmatcomp as tm
@@ -384,9 +445,8 @@ def train_many(
         >>> [(s, r.step) for s, r in runs]
         [(0, 10), (1, 10), (2, 10)]
     """
+    _check_resume_overwrite(resume, overwrite)
     trainer = MultiSeedTrainer(preset, seeds=seeds, model_cfg=model_cfg, task_cfg=task_cfg,
                                train_cfg=train_cfg, out_dir=out_dir, device=device,
-                               progress=progress, **train_overrides)
-    if resume:
-        trainer.resume()
-    return trainer.run()
+                               progress=progress, overwrite=overwrite, **train_overrides)
+    return _resume_and_run(trainer, resume)

@@ -11,6 +11,10 @@ Conventions of the metrics log (``RUN_DIR/metrics.jsonl``, one JSON object per l
 * ``eval_*``: losses on a fresh evaluation batch, measured after the update.
 * the checkpoint at step ``s`` holds the weights after ``s`` updates.
 
+A run directory holds one run, written by one trainer at a time (see :mod:`tfmatcomp.rundir`):
+training from step 0 into a directory that holds a run is refused unless ``resume=True`` or
+``overwrite=True``, and a trainer locks the directory while it writes.
+
 Example:
     >>> import tfmatcomp as tm
     >>> result = tm.train("tiny", n_steps=20, batch_size=16, log_every=10, progress=False)
@@ -23,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -31,17 +36,20 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from tfmatcomp import rundir
 from tfmatcomp.checkpoint import (
-    ConfigMismatchError, checkpoint_dir_name, latest_checkpoint, list_checkpoints,
+    CheckpointError, ConfigMismatchError, checkpoint_dir_name, list_checkpoints,
     load_checkpoint_info, load_training_state, save_checkpoint,
 )
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.metrics import losses, masked_mse
 from tfmatcomp.model import HookedEncoder
+from tfmatcomp.rundir import METRICS_FILE, RunDirError
 
 __all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device"]
 
-METRICS_FILE = "metrics.jsonl"
+#: TrainConfig fields that must match for a resumed run to continue the same trajectory.
+_SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
 
 
 def default_device() -> torch.device:
@@ -66,7 +74,12 @@ class Trainer:
         preset: name or :class:`Preset` supplying defaults for the three configs.
         model_cfg, task_cfg, train_cfg: override the preset's configs.
         out_dir: run directory for ``metrics.jsonl`` and ``checkpoints/``; None keeps everything in
-            memory (no checkpoints, no resume).
+            memory (no checkpoints, no resume). Training from step 0 refuses a directory that
+            already holds a run (:class:`~tfmatcomp.rundir.RunDirError`); call :meth:`resume`
+            to continue it. The trainer locks the directory while it writes (during
+            :meth:`run`, and from :meth:`resume` until the end of the next run or :meth:`close`).
+        overwrite: clear ``out_dir`` before training from step 0 (only a directory holding nothing
+            but run files is cleared).
         device: training device (default: CUDA when present, else CPU).
         model: start from this model instead of a fresh one (its config must equal ``model_cfg``
             when both are given).
@@ -88,6 +101,7 @@ class Trainer:
         model: HookedEncoder | None = None,
         trainable: Callable[[str], bool] | None = None,
         progress: bool = True,
+        overwrite: bool = False,
         **train_overrides: Any,
     ):
         preset = get_preset(preset)
@@ -103,6 +117,10 @@ class Trainer:
                              f"{self.model_cfg.n_ctx}")
         self.device = torch.device(device) if device is not None else default_device()
         self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.overwrite = bool(overwrite)
+        self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
+        self._claimed = False
+        self._fingerprint: tuple | None = None
         self.progress = progress
         self.trainable = trainable
         seed = self.train_cfg.seed
@@ -154,12 +172,43 @@ class Trainer:
         self.step = int(state["step"])
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
 
+    # ------------------------------------------------------- run directory
+    def _claim(self, resuming: bool) -> None:
+        """Lock the run directory. The first time, check that this run may write there: a fresh
+        start needs an empty directory (or ``overwrite``); a resume first removes what a killed
+        trainer left half-written. Later, check that nobody wrote there since this trainer did."""
+        if self._lock is None or self._lock.held:
+            return
+        self._lock.acquire()
+        try:
+            if not self._claimed:
+                if resuming:
+                    rundir.check_kind(self.out_dir, group=False)
+                    rundir.remove_leftovers(self.out_dir)
+                else:
+                    rundir.check_fresh(self.out_dir, self.overwrite)
+                self._claimed = True
+            elif rundir.fingerprint(self.out_dir) != self._fingerprint:
+                raise RunDirError(
+                    f"out_dir: {self.out_dir} changed since this trainer last wrote to it "
+                    "(another trainer used it); continue it with a new Trainer and resume()")
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def close(self) -> None:
+        """Release the run directory's lock (done at the end of every :meth:`run`)."""
+        if self._lock is not None and self._lock.held:
+            self._fingerprint = rundir.fingerprint(self.out_dir)
+            self._lock.release()
+
     def save(self, strip_older: bool = True) -> Path:
         """Write a checkpoint for the current step (with training state). Older checkpoints keep
         their weights but drop their training state (now, or later through
         :meth:`strip_older_states` when ``strip_older=False``), so disk use stays bounded."""
         if self.out_dir is None:
             raise ValueError("out_dir: the trainer has no run directory to save into")
+        self._claim(resuming=False)
         path = self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
         save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=self.train_cfg,
                         step=self.step, training_state=self.training_state())
@@ -171,37 +220,90 @@ class Trainer:
         """Drop the training state of every checkpoint but the current step's."""
         for step, p in list_checkpoints(self.out_dir).items():
             if step != self.step and (p / "state.json").exists():
-                _strip_state(p)
+                rundir.strip_state(p)
 
     def resume(self) -> bool:
-        """Continue from the latest checkpoint holding training state; False if there is none.
+        """Continue from the latest checkpoint with usable training state.
+
+        The run is cut back to that checkpoint: log rows and checkpoints after its step are
+        removed (training writes them again, identically at the same thread count). Unreadable
+        log lines are kept aside in ``metrics.jsonl.bad`` with a warning. Returns False when the
+        directory holds no checkpoint at all (absent, empty, or a run killed before its first
+        checkpoint): training then starts again from step 0.
 
         Raises:
-            ConfigMismatchError: if that checkpoint was written with other configs.
+            ConfigMismatchError: if that checkpoint (or ``run.json``) was written with other
+                configs.
+            RunDirError: if checkpoints exist but none has usable training state, or the
+                directory holds something else than this run.
+            RunDirLockedError: if another trainer is writing to the directory.
         """
         if self.out_dir is None:
             raise ValueError("out_dir: resume needs a run directory")
-        path = latest_checkpoint(self.out_dir, with_state=True)
-        if path is None:
-            return False
+        self._claim(resuming=True)
+        problems = []
+        for step, path in reversed(rundir.checkpoint_dirs(self.out_dir).items()):
+            if not (path / "state.json").exists():
+                problems.append(f"{path.name} has no training state")
+                continue
+            try:
+                self._restore(path)
+            except ConfigMismatchError:
+                raise
+            except CheckpointError as e:
+                problems.append(str(e))
+                continue
+            if problems:
+                warnings.warn(f"out_dir: resumed {self.out_dir} from {path.name}; later "
+                              f"checkpoints were unusable ({'; '.join(problems)})", stacklevel=2)
+            return True
+        if problems:
+            raise RunDirError(
+                f"out_dir: {self.out_dir} has checkpoints but none with usable training state "
+                f"({'; '.join(problems[:3])}), so it cannot be resumed exactly. Start a new run "
+                "from a checkpoint's weights (model=load_checkpoint(...)), or pass overwrite=True "
+                "(--overwrite) to train this directory again from step 0")
+        self._restart()
+        return False
+
+    def _restore(self, path: Path) -> None:
+        """Load the checkpoint at ``path`` with its training state and cut the run back to it."""
         model, info = load_checkpoint_info(path, config=self.model_cfg)
-        if info.task_cfg != self.task_cfg:
-            raise ConfigMismatchError(f"task_cfg: checkpoint {path} was trained on {info.task_cfg}, "
-                                      f"not {self.task_cfg}")
-        theirs = info.train_cfg.to_dict() if info.train_cfg else {}
-        ours = self.train_cfg.to_dict()
-        changed = {k for k in ("seed", "lr", "batch_size", "eval_batch_size")
-                   if theirs.get(k) != ours[k]}
-        if changed:
-            raise ConfigMismatchError(f"train_cfg: {sorted(changed)} differ from checkpoint {path}; "
-                                      "resuming would not continue the same trajectory")
+        tensors, state = load_training_state(path)
+        self._check_same_run(info.task_cfg, info.train_cfg, f"checkpoint {path}")
         with torch.no_grad():
             for p, q in zip(self.model.parameters(), model.parameters()):
                 p.copy_(q)
-        self.load_training_state(*load_training_state(path))
-        self.records = [r for r in _read_jsonl(self.out_dir / METRICS_FILE) if r["step"] <= self.step]
-        _write_jsonl(self.out_dir / METRICS_FILE, self.records)
-        return True
+        self.load_training_state(tensors, state)
+        self.records = rundir.cut_back(self.out_dir, self.step)
+
+    def _restart(self) -> None:
+        """Resume at step 0: the directory holds at most the start of this very run."""
+        foreign = rundir.foreign_entries(self.out_dir)
+        if foreign:
+            raise RunDirError(f"out_dir: {self.out_dir} holds files that no run writes "
+                              f"({foreign[:6]}) and no checkpoint; choose another directory")
+        recorded = rundir.run_configs(self.out_dir)
+        if recorded is not None:
+            model_cfg, task_cfg, train_cfg = recorded
+            source = str(self.out_dir / "run.json")
+            if model_cfg != self.model_cfg:
+                raise ConfigMismatchError(f"model_cfg: {source} records another model config "
+                                          f"({model_cfg})")
+            self._check_same_run(task_cfg, train_cfg, source)
+        self.records = rundir.cut_back(self.out_dir, 0)
+
+    def _check_same_run(self, task_cfg: TaskConfig | None, train_cfg: TrainConfig | None,
+                        source: str) -> None:
+        if task_cfg != self.task_cfg:
+            raise ConfigMismatchError(f"task_cfg: {source} was trained on {task_cfg}, "
+                                      f"not {self.task_cfg}")
+        theirs = train_cfg.to_dict() if train_cfg else {}
+        ours = self.train_cfg.to_dict()
+        changed = [k for k in _SAME_RUN_FIELDS if theirs.get(k) != ours[k]]
+        if changed:
+            raise ConfigMismatchError(f"train_cfg: {changed} differ from {source}; resuming would "
+                                      "not continue the same trajectory")
 
     # ------------------------------------------------------------- loop
     def open_log(self):
@@ -248,10 +350,21 @@ class Trainer:
         return out
 
     def run(self, n_steps: int | None = None) -> TrainResult:
-        """Train until step ``n_steps`` (default: the config's), logging and checkpointing."""
-        n_steps = self.train_cfg.n_steps if n_steps is None else n_steps
+        """Train until step ``n_steps`` (default: the config's), logging and checkpointing.
+
+        Raises:
+            ValueError: ``n_steps`` is not a positive integer, or is below the current step.
+            RunDirError: see ``out_dir`` in the class docstring.
+        """
+        n_steps = _check_n_steps(self.train_cfg.n_steps if n_steps is None else n_steps,
+                                 self.step, self.out_dir)
         cfg = self.train_cfg
-        log_file = self.open_log()
+        self._claim(resuming=False)
+        try:
+            log_file = self.open_log()
+        except BaseException:
+            self.close()
+            raise
         bar = tqdm(total=n_steps, initial=self.step, disable=not self.progress, desc="train",
                    dynamic_ncols=True)
         self.model.train()
@@ -284,6 +397,7 @@ class Trainer:
             bar.close()
             if log_file is not None:
                 log_file.close()
+            self.close()
         self.model.eval()
         return TrainResult(model=self.model, metrics=pd.DataFrame(self.records),
                            out_dir=self.out_dir, step=self.step)
@@ -298,6 +412,7 @@ def train(
     out_dir: str | os.PathLike | None = None,
     device: torch.device | str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
     model: HookedEncoder | None = None,
     trainable: Callable[[str], bool] | None = None,
@@ -306,7 +421,10 @@ def train(
     """Train a :class:`HookedEncoder` on matrix completion (see :class:`Trainer` for arguments).
 
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
-    one and reproduces the uninterrupted run exactly (same seed -> same losses).
+    one with training state and reproduces the uninterrupted run exactly (same seed and thread
+    count -> same losses); an absent or empty ``out_dir`` starts fresh (see
+    :meth:`Trainer.resume`). Without ``resume``, an ``out_dir`` that already holds a run is
+    refused unless ``overwrite=True``, which clears it first.
 
     To train several seeds at once as one batched program, use :func:`tfmatcomp.train_many`.
 
@@ -316,52 +434,49 @@ def train(
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
+    _check_resume_overwrite(resume, overwrite)
     trainer = Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
                       out_dir=out_dir, device=device, model=model, trainable=trainable,
-                      progress=progress, **train_overrides)
-    if resume:
-        trainer.resume()
-    return trainer.run()
+                      progress=progress, overwrite=overwrite, **train_overrides)
+    return _resume_and_run(trainer, resume)
 
 
 def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
-    """The metrics log of a run (``RUN_DIR`` or ``RUN_DIR/metrics.jsonl``) as a DataFrame."""
+    """The metrics log of a run (``RUN_DIR`` or ``RUN_DIR/metrics.jsonl``) as a DataFrame.
+
+    Every readable row is kept; unreadable lines (a line cut short by a crash, garbage) are
+    skipped with a warning naming the file and their line numbers.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
     if not path.exists():
         raise FileNotFoundError(f"path: no metrics log at {path}")
-    return pd.DataFrame(_read_jsonl(path))
+    return pd.DataFrame(rundir.read_log(path, stacklevel=3)[0])
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if line:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut short by a crash: everything after it is unreliable
-    return records
+def _check_resume_overwrite(resume: bool, overwrite: bool) -> None:
+    """Refuse ``resume`` and ``overwrite`` together (they ask for opposite things)."""
+    if resume and overwrite:
+        raise ValueError("resume, overwrite: give at most one of them (resume continues the run "
+                         "in out_dir, overwrite deletes it)")
 
 
-def _write_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-    os.replace(tmp, path)
+def _resume_and_run(trainer: Any, resume: bool) -> Any:
+    """Resume ``trainer`` when asked and run it; release its directory's lock however it ends."""
+    try:
+        if resume:
+            trainer.resume()
+        return trainer.run()
+    finally:
+        trainer.close()
 
 
-def _strip_state(path: Path) -> None:
-    """Drop a checkpoint's training state, rewriting its config's file list atomically."""
-    config_file = path / "config.json"
-    config = json.loads(config_file.read_text())
-    for name in ("state.safetensors", "state.json"):
-        config.get("files", {}).pop(name, None)
-    tmp = config_file.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True))
-    os.replace(tmp, config_file)
-    for name in ("state.safetensors", "state.json"):
-        (path / name).unlink(missing_ok=True)
+def _check_n_steps(n_steps: Any, step: int, out_dir: Path | None) -> int:
+    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
+        raise ValueError(f"n_steps: must be a positive integer, got {n_steps!r}")
+    if n_steps < step:
+        raise ValueError(f"n_steps: {n_steps} is below step {step}, where the run "
+                         f"{'in ' + str(out_dir) + ' ' if out_dir else ''}stands; training never "
+                         f"goes back: give n_steps >= {step}")
+    return n_steps

@@ -1,0 +1,408 @@
+"""Run directories: one run per directory, one writer at a time, nothing left half-done.
+
+A run directory (the ``out_dir`` of :func:`tfmatcomp.train`, or a multi-seed group directory of
+:func:`tfmatcomp.train_many`) holds exactly one run. The trainers enforce these rules through this
+module:
+
+* **No mixing.** Training from step 0 into a directory that already holds a run is refused
+  (:class:`RunDirError`) unless the caller resumes it or asks for ``overwrite=True``, which clears
+  it first. A directory holding only what a failed start leaves (``run.json``, ``seeds.json``, an
+  empty ``metrics.jsonl``, the lock file) counts as empty. ``overwrite`` clears only directories
+  that hold nothing but run files, so a mistyped ``out_dir`` cannot wipe unrelated files.
+* **One writer.** A trainer holds an exclusive lock on ``RUN_DIR/.lock`` while it writes: an
+  advisory ``flock`` (POSIX; a byte-range lock on Windows), which the operating system releases
+  when the process ends, however it ends, so a killed trainer never leaves a stale lock. The file
+  records who holds it (pid, host, start time); a second trainer fails at once with
+  :class:`RunDirLockedError` naming them.
+* **No leftovers.** Temporary checkpoint directories that a kill left behind (``.step_*.tmp-*``,
+  ``.step_*.old-*``) are removed when the run is resumed (a checkpoint caught between its two
+  renames is put back first).
+* **No lost rows.** The metrics log is read row by row: an unreadable line is set aside with a
+  warning, never taken as the end of the log. Resume cuts the run back to its checkpoint
+  (:func:`cut_back`) and keeps the unreadable lines in ``metrics.jsonl.bad``.
+
+Example:
+    >>> import tempfile
+    >>> from tfmatcomp.rundir import RunDirLock, RunDirLockedError, is_empty
+    >>> run = tempfile.mkdtemp()
+    >>> with RunDirLock(run) as lock:
+    ...     try:
+    ...         RunDirLock(run).acquire()
+    ...     except RunDirLockedError as e:
+    ...         print("locked:", "pid" in str(e))
+    locked: True
+    >>> is_empty(run)
+    True
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
+    import msvcrt
+
+__all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "LOCK_FILE", "METRICS_FILE",
+           "BAD_LINES_FILE", "is_empty", "foreign_entries", "check_fresh", "check_kind",
+           "checkpoint_dirs", "remove_leftovers", "read_log", "cut_back", "run_configs",
+           "strip_state", "fingerprint"]
+
+#: The lock file inside a run directory.
+LOCK_FILE = ".lock"
+#: The metrics log, one JSON object per logged step.
+METRICS_FILE = "metrics.jsonl"
+#: Where resume keeps the metrics log's unreadable lines (``{"line": n, "text": ...}`` per line).
+BAD_LINES_FILE = "metrics.jsonl.bad"
+#: What a start that failed before its first logged step leaves (besides an empty metrics log).
+_START_FILES = {LOCK_FILE, "run.json", "seeds.json"}
+#: Everything a run or a multi-seed group writes; ``overwrite`` clears nothing else.
+_RUN_FILES = _START_FILES | {METRICS_FILE, f"{METRICS_FILE}.tmp", BAD_LINES_FILE, "checkpoints"}
+_SEED_DIR = re.compile(r"seed-\d+")
+_LEFTOVER = re.compile(r"\.(step_\d+)\.(tmp|old)-.+")
+_WINDOWS_LOCK_OFFSET = 1 << 30  # lock a byte far past the holder's note, so it stays readable
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be used as asked (it holds another run, has nothing to
+    resume, ...)."""
+
+
+class RunDirLockedError(RunDirError):
+    """Another trainer holds the run directory's lock."""
+
+
+def _entries(path: Path) -> list[Path]:
+    return sorted(path.iterdir()) if path.is_dir() else []
+
+
+def is_empty(out_dir: str | os.PathLike) -> bool:
+    """True when ``out_dir`` is absent or holds only what a failed start leaves: the lock file,
+    ``run.json``, ``seeds.json``, an empty ``metrics.jsonl`` and ``seed-N`` directories that are
+    themselves empty in this sense."""
+    for p in _entries(Path(out_dir)):
+        if p.name in _START_FILES and not p.is_dir():
+            continue
+        if p.name == "metrics.jsonl" and p.is_file() and p.stat().st_size == 0:
+            continue
+        if _SEED_DIR.fullmatch(p.name) and p.is_dir() and is_empty(p):
+            continue
+        return False
+    return True
+
+
+def foreign_entries(out_dir: str | os.PathLike) -> list[str]:
+    """Entries of ``out_dir`` that no run writes (``seed-N`` directories are looked into)."""
+    found = []
+    for p in _entries(Path(out_dir)):
+        if _SEED_DIR.fullmatch(p.name) and p.is_dir():
+            found += [f"{p.name}/{q}" for q in foreign_entries(p)]
+        elif p.name not in _RUN_FILES:
+            found.append(p.name)
+    return found
+
+
+def check_fresh(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+    """Make sure a run may start at step 0 in ``out_dir``: it must be empty (:func:`is_empty`), or
+    ``overwrite`` clears it (the lock file stays: the caller holds it).
+
+    Raises:
+        RunDirError: ``out_dir`` holds a run and ``overwrite`` is False, or it holds files that no
+            run writes (which ``overwrite`` never deletes).
+    """
+    out_dir = Path(out_dir)
+    if is_empty(out_dir):
+        return
+    if not overwrite:
+        names = [p.name for p in _entries(out_dir) if p.name != LOCK_FILE]
+        raise RunDirError(
+            f"out_dir: {out_dir} already holds a run ({', '.join(names[:6])}); training into it "
+            "from step 0 would mix two runs. Pass resume=True (--resume) to continue it, "
+            "overwrite=True (--overwrite) to replace it, or choose another directory")
+    foreign = foreign_entries(out_dir)
+    if foreign:
+        raise RunDirError(f"out_dir: {out_dir} holds files that no run writes ({foreign[:6]}); "
+                          "overwrite only clears run directories, so choose another directory")
+    for p in _entries(out_dir):
+        if p.name == LOCK_FILE:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+
+
+def check_kind(out_dir: str | os.PathLike, group: bool) -> None:
+    """Refuse to continue a single run in a multi-seed group directory (``group=False``) or a
+    group in a single run's directory (``group=True``).
+
+    Raises:
+        RunDirError: ``out_dir`` holds the other kind of run.
+    """
+    out_dir = Path(out_dir)
+    if group:
+        log = out_dir / "metrics.jsonl"
+        if (out_dir / "checkpoints").exists() or (log.is_file() and log.stat().st_size):
+            raise RunDirError(f"out_dir: {out_dir} holds a single run (metrics.jsonl, "
+                              "checkpoints/), not a multi-seed group; resume it with train()")
+    elif (out_dir / "seeds.json").exists() or any(
+            _SEED_DIR.fullmatch(p.name) and p.is_dir() and not is_empty(p)
+            for p in _entries(out_dir)):
+        raise RunDirError(f"out_dir: {out_dir} is a multi-seed group; resume it with train_many(), "
+                          f"or one seed alone with out_dir={out_dir / 'seed-N'}")
+
+
+def checkpoint_dirs(out_dir: str | os.PathLike) -> dict[int, Path]:
+    """``{step: directory}`` of every ``checkpoints/step_*`` directory, usable or not (unlike
+    :func:`tfmatcomp.list_checkpoints`, which lists only those with a ``config.json``)."""
+    found = {}
+    for p in _entries(Path(out_dir) / "checkpoints"):
+        m = re.fullmatch(r"step_(\d+)", p.name)
+        if m and p.is_dir():
+            found[int(m.group(1))] = p
+    return dict(sorted(found.items()))
+
+
+def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
+    """Remove what a killed trainer can leave half-written in ``out_dir``; return their names.
+
+    Removes ``checkpoints/.step_*.tmp-*`` (a checkpoint being written),
+    ``checkpoints/.step_*.old-*`` (a checkpoint being replaced; renamed back into place first when the replacement never
+    arrived), ``config.json.tmp`` inside checkpoints and ``metrics.jsonl.tmp``. Call it only while
+    holding the directory's lock.
+    """
+    out_dir = Path(out_dir)
+    removed = []
+    for p in _entries(out_dir / "checkpoints"):
+        m = _LEFTOVER.fullmatch(p.name)
+        if m and p.is_dir():
+            target = p.with_name(m.group(1))
+            if m.group(2) == "old" and not target.exists() and (p / "config.json").exists():
+                os.replace(p, target)
+                continue
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(f"checkpoints/{p.name}")
+        elif p.is_dir() and (p / "config.json.tmp").exists():
+            (p / "config.json.tmp").unlink()
+            removed.append(f"checkpoints/{p.name}/config.json.tmp")
+    if (out_dir / "metrics.jsonl.tmp").exists():
+        (out_dir / "metrics.jsonl.tmp").unlink()
+        removed.append("metrics.jsonl.tmp")
+    return removed
+
+
+# ------------------------------------------------------------------------- the run's files
+def read_log(path: str | os.PathLike, stacklevel: int = 2
+             ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+    """``(records, bad)``: every valid row of a metrics log (a JSON object with a finite number
+    as ``step``), and its unreadable lines as ``(line number, text)``, with a warning naming the
+    file and the line numbers when there are any. An absent log reads as empty."""
+    path = Path(path)
+    if not path.exists():
+        return [], []
+    records, bad = [], []
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode())
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            record = None
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
+            records.append(record)
+        else:
+            bad.append((n, raw.decode(errors="replace")))
+    if bad:
+        lines = ", ".join(str(n) for n, _ in bad[:10]) + (", ..." if len(bad) > 10 else "")
+        warnings.warn(f"{path}: {len(bad)} unreadable line(s) set aside (line {lines}); every "
+                      "other row is kept", stacklevel=stacklevel + 1)
+    return records, bad
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
+    """Cut a run back to ``step`` (before continuing it from there) and return its log rows.
+
+    Checkpoint directories after ``step`` are removed (with a warning), the metrics log keeps its
+    rows up to ``step`` (rewritten atomically), and its unreadable lines are appended to
+    ``metrics.jsonl.bad``. Call it only while holding the directory's lock.
+    """
+    out_dir = Path(out_dir)
+    later = [p for s, p in checkpoint_dirs(out_dir).items() if s > step]
+    for p in later:
+        shutil.rmtree(p)
+    if later:
+        warnings.warn(f"out_dir: removed checkpoints after step {step} in {out_dir} "
+                      f"({[p.name for p in later]}); training writes them again", stacklevel=3)
+    log = out_dir / METRICS_FILE
+    records, bad = read_log(log, stacklevel=3)
+    if bad:
+        with open(out_dir / BAD_LINES_FILE, "a") as f:
+            f.writelines(json.dumps({"line": n, "text": text}) + "\n" for n, text in bad)
+    kept = [r for r in records if r["step"] <= step]
+    if log.exists():
+        _write_atomic(log, "".join(json.dumps(r) + "\n" for r in kept))
+    return kept
+
+
+def run_configs(out_dir: str | os.PathLike
+                ) -> tuple[EncoderConfig, TaskConfig, TrainConfig] | None:
+    """The model, task and training configs that ``run.json`` records (None without one).
+
+    Raises:
+        RunDirError: ``run.json`` is unreadable.
+    """
+    from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig  # rundir stays standalone
+
+    path = Path(out_dir) / "run.json"
+    if not path.exists():
+        return None
+    try:
+        run = json.loads(path.read_text())
+        return (EncoderConfig.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
+                TrainConfig.from_dict(run["train"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True to start "
+                          "this directory again") from None
+
+
+def strip_state(path: str | os.PathLike) -> None:
+    """Drop a checkpoint's training state, rewriting its ``config.json`` file list atomically
+    first (a kill in between leaves files that nothing lists, never a list naming lost files)."""
+    path = Path(path)
+    config_file = path / "config.json"
+    config = json.loads(config_file.read_text())
+    for name in ("state.safetensors", "state.json"):
+        config.get("files", {}).pop(name, None)
+    _write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True))
+    for name in ("state.safetensors", "state.json"):
+        (path / name).unlink(missing_ok=True)
+
+
+def fingerprint(out_dir: str | os.PathLike) -> tuple:
+    """What changes when anyone trains in ``out_dir``: the log's size and time, the checkpoints."""
+    log = Path(out_dir) / METRICS_FILE
+    stat = (log.stat().st_size, log.stat().st_mtime_ns) if log.exists() else None
+    return stat, tuple(checkpoint_dirs(out_dir))
+
+
+# ---------------------------------------------------------------------------------- the lock
+class RunDirLock:
+    """The exclusive lock on a run directory (``RUN_DIR/.lock``), held while a trainer writes.
+
+    ``acquire()`` creates the directory if needed, takes the lock without waiting and writes the
+    holder's pid, host and start time into the lock file; ``release()`` (or leaving the ``with``
+    block, or the process ending in any way) frees it.
+
+    Raises:
+        RunDirLockedError: from ``acquire()`` when another trainer holds the lock; the message
+            says which process.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike):
+        self.out_dir = Path(out_dir)
+        self.path = self.out_dir / LOCK_FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def acquire(self) -> "RunDirLock":
+        if self._fd is not None:
+            return self
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise RunDirError(f"out_dir: {self.out_dir} is a file, not a directory")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: keep the holder's note
+        try:
+            _lock(fd)
+        except OSError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunDirLockedError(f"out_dir: {self.out_dir} is in use by another trainer "
+                                    f"({_describe(holder)}); wait for it to finish, stop it, or "
+                                    "choose another directory") from None
+        note = {"pid": os.getpid(), "host": socket.gethostname(),
+                "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                    timespec="seconds")}
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.write(fd, (json.dumps(note) + "\n").encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                _unlock(fd)
+            finally:
+                os.close(fd)
+
+    def __enter__(self) -> "RunDirLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # interpreter shutdown: the process's end frees the lock anyway
+            pass
+
+
+def _lock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    else:
+        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+
+def _unlock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    else:
+        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+def _read_holder(fd: int) -> dict[str, Any]:
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        note = json.loads(os.read(fd, 4096).decode())
+        return note if isinstance(note, dict) else {}
+    except (OSError, ValueError):
+        return {}  # the holder has not written its note yet
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "a process that is just starting"
+    text = (f"pid {holder.get('pid')} on host {holder.get('host')}, since "
+            f"{holder.get('started')}")
+    if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+        text += "; that is this process: close() the Trainer that still holds it"
+    return text
