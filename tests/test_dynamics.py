@@ -39,7 +39,8 @@ def test_planted_drop_found_within_2_percent(t0, width, plateau, factor, noise, 
     assert r.plateau_level == pytest.approx(plateau, rel=0.15)
     assert r.final_level == pytest.approx(plateau / factor, rel=0.15)
     # the 10-90% width of a logistic with scale w is 2 w ln 9
-    assert r.drop_width == pytest.approx(2 * width * np.log(9), rel=0.5, abs=200)
+    # A width of a few logging intervals (50 steps here) is measured to within about five of them.
+    assert r.drop_width == pytest.approx(2 * width * np.log(9), rel=0.5, abs=250)
 
 
 def test_noiseless_drop_is_exact():

@@ -7,14 +7,16 @@ after a running median (isolated spikes removed), in three steps:
    squares (a grid over ``t0`` and ``s`` with the two levels in closed form, then a robust soft-L1
    polish). It gives the drop step ``t0`` and the noise level (the robust standard deviation of
    the residuals).
-2. *Extent.* The **onset** (``drop_start``: where the loss leaves the plateau) is the last step
-   at which the curve, smoothed again by a running median over 2% of the points (a median keeps a
-   monotone fall's edges where they are), still lies within 10% of the fitted log-fall of the plateau before
-   it first comes within 10% of the final level; the **end** (``drop_end``) is that first step.
-   Where these agree with the fit's 10% / 90% points ``t0 -+ s ln 9`` to within one logging
-   intervals, the fit's (sub-grid) values are kept. So a fall in two stages (a first fall, a shelf,
-   a second fall) is one drop from the onset of the first stage to the end of the second, not a
-   "gradual" decline.
+2. *Extent.* On a fall in one stage, the fit's 10% / 90% points ``t0 -+ s ln 9`` are the
+   **onset** (``drop_start``: where the loss leaves the plateau) and the **end** (``drop_end``). A
+   fall in several stages (a first fall, a shelf, a second fall) leaves a misfit: inside the fall,
+   the root-mean-square difference between the curve and the fit exceeds both 3 times the
+   point-to-point noise (estimated from first differences, so blind to the fall itself) and 2% of
+   the log-fall. Then, on the curve smoothed again by a running median over 2% of the points, the
+   onset is the last step at which it still lies within 10% of the log-fall of
+   the plateau before it first comes within 10% of the final level, and the end is that first
+   step: one drop from the onset of the first stage to the end of the last, not a "gradual"
+   decline.
 3. *Levels.* The **plateau level** is the median loss between the first point and the onset, the
    **final level** the median of the last 10% of the points (at least 3), and the **fall
    factor** their ratio.
@@ -216,6 +218,9 @@ def detect_drop(
     if len(t) < 8 or t[-1] <= t[0]:
         raise ValueError(f"data: need at least 8 logged points with positive finite loss over more "
                          f"than one step, got {len(t)}")
+    # Point-to-point noise of the raw log-loss, from first differences (blind to trends and steps).
+    d = np.diff(y)
+    point_noise = float(1.4826 * np.median(np.abs(d - np.median(d))) / math.sqrt(2))
     y = _median_filter(y, median_window)
     span = t[-1] - t[0]
     spacing = np.median(np.diff(t))
@@ -233,7 +238,8 @@ def detect_drop(
     t0, s, p, f = _refine(t, y, t0, s, p, f, spacing, span)
     resid = y - (f + (p - f) * _sigmoid((t0 - t) / s))
     noise = float(1.4826 * np.median(np.abs(resid - np.median(resid))))
-    start, end = _extent(t, _median_filter(y, max(median_window, (len(t) // 50) | 1)), t0, s, p, f)
+    smoothed_noise = 1.25 * point_noise / math.sqrt(median_window)
+    start, end = _extent(t, y, t0, s, p, f, smoothed_noise, max(median_window, (len(t) // 50) | 1))
     if not start <= t0 <= end:
         t0 = float(np.clip(t0, start, end))
     plateau = float(np.median(y[t <= start])) if np.any(t <= start) else p
@@ -267,22 +273,30 @@ def detect_drop(
                       "sudden drop", col, params)
 
 
-def _extent(t: np.ndarray, y: np.ndarray, t0: float, s: float, p: float, f: float) -> tuple[float, float]:
-    """Onset and end of the fall (see the module docstring, step 2)."""
+def _extent(t: np.ndarray, y: np.ndarray, t0: float, s: float, p: float, f: float,
+            noise: float, window: int) -> tuple[float, float]:
+    """Onset and end of the fall (see the module docstring, step 2). ``y`` is the lightly smoothed
+    log-loss and ``noise`` its point-to-point noise; the crossings are read on a wider running
+    median of it."""
     fit_start, fit_end = t0 - s * _LN9, t0 + s * _LN9
+    ys = _median_filter(y, window)
     hi, lo = p - 0.1 * (p - f), f + 0.1 * (p - f)
-    reached = np.flatnonzero(y <= lo)
+    reached = np.flatnonzero(ys <= lo)
     if len(reached) == 0:
         return fit_start, fit_end
     first_low = reached[0]
-    above = np.flatnonzero(y[:first_low + 1] >= hi)
+    above = np.flatnonzero(ys[:first_low + 1] >= hi)
     onset = t[above[-1]] if len(above) else fit_start
-    spacing = float(np.median(np.diff(t)))
-    # Where the crossings agree with the fit to within one logging interval (a clean one-stage
-    # curve), keep the fit's sub-grid values.
-    start = onset if abs(onset - fit_start) > 2 * spacing else fit_start
-    end = t[first_low] if abs(t[first_low] - fit_end) > 2 * spacing else fit_end
-    return float(start), float(end)
+    end = t[first_low]
+    # One stage or several? Inside the fall, a single sigmoid leaves only noise behind; a shelf
+    # between two stages leaves a structured misfit. Only then are the crossings used (on a clean
+    # or noisy one-stage fall the fit's sub-grid values are more precise than a median's edge).
+    region = (t >= min(onset, fit_start)) & (t <= max(end, fit_end))
+    fitted = f + (p - f) * _sigmoid((t0 - t[region]) / s)
+    misfit = float(np.sqrt(np.mean((y[region] - fitted) ** 2))) if region.any() else 0.0
+    if misfit <= max(3 * noise, 0.02 * (p - f)):
+        return fit_start, fit_end
+    return float(onset), float(end)
 
 
 def _refine(t, y, t0, s, p, f, spacing, span):
