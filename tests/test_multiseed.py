@@ -138,3 +138,12 @@ def test_resume_of_a_group_is_idempotent_and_never_goes_back(tmp_path):
         tm.train_many("tiny", seeds=[0, 1], n_steps=10, out_dir=out, resume=True, **kw)
     with pytest.raises(ValueError, match=r"seeds: \[2\]"):
         tm.train_many("tiny", seeds=[0, 1, 2], n_steps=30, out_dir=out, resume=True, **kw)
+
+
+def test_one_seed_is_exactly_the_single_seed_run():
+    """With one seed there is nothing to batch: the same fused program, bit for bit."""
+    kw = dict(SMALL, n_steps=60, checkpoint_every=0)
+    one = tm.train_many("tiny", seeds=[4], **kw)[4]
+    single = tm.train("tiny", seed=4, **kw)
+    assert one.metrics.drop(columns="elapsed_s").equals(single.metrics.drop(columns="elapsed_s"))
+    assert all(torch.equal(p, q) for p, q in zip(one.model.parameters(), single.model.parameters()))

@@ -143,3 +143,17 @@ def test_report_on_a_group_analyses_a_seed_that_dropped(undropped_group, tmp_pat
     training = report.sections[0].text
     assert "1 of 3 seeds dropped" in training and "analyses seed 0" in training
     assert "Sudden drop detected" in report.path.read_text()
+
+
+def test_demo_trains_and_reports_honestly(tmp_path, capsys):
+    """The demo's own path, briefly: far too short to look for a drop, and the report says so."""
+    from tfmatcomp.cli import main
+
+    out = tmp_path / "demo.html"
+    assert main(["demo", "--out-dir", str(tmp_path / "runs"), "--steps", "60", "--seeds", "0-1",
+                 "--device", "cpu", "-o", str(out), "--sections", "training", "--samples", "16",
+                 "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "0 of 2 seeds dropped" in printed
+    text = out.read_text()
+    assert "long enough to look for a drop" in text and "Sudden drop detected" not in text

@@ -181,9 +181,11 @@ class MultiSeedTrainer:
         self.optimizer = torch.optim.Adam(list(self.params.values()), lr=self.train_cfg.lr)
         self._load_optimizer_states()
         stateless = copy.deepcopy(models[0]).to("meta")
+        single = len(self.trainers) == 1
         for module in stateless.modules():
             if hasattr(module, "fused"):
-                module.fused = False  # SDPA / fused LayerNorm have no vmap batching rule
+                # SDPA / fused LayerNorm have no vmap batching rule; one seed needs no vmap.
+                module.fused = single
         forward = _Forward(stateless)
         keys = {n: f"model.{n}" for n in self.names}
 
@@ -191,7 +193,11 @@ class MultiSeedTrainer:
             return torch.func.functional_call(forward, {keys[n]: p for n, p in params.items()},
                                               (tokens,))
 
-        self._forward = torch.func.vmap(one)
+        if single:  # the single-seed trainer's own (fused) program, on the stacked parameters
+            self._forward = lambda params, tokens: one(
+                {n: p[0] for n, p in params.items()}, tokens[0])[None]
+        else:
+            self._forward = torch.func.vmap(one)
 
     def _load_optimizer_states(self) -> None:
         """Stacked Adam state from the seeds' own optimizers (non-empty after a resume)."""

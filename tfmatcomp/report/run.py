@@ -88,7 +88,15 @@ class SeedGroup:
                    if (seed_dir(path, s) / METRICS_FILE).exists()}
         if not metrics:
             raise ValueError(f"run: the seed group {path} has no metrics logs")
-        return cls(path=path, metrics=metrics, drops={s: _drop(m, column) for s, m in metrics.items()})
+        return cls(path=path, metrics=metrics,
+                   drops={s: _drop(m, column) or _too_short(m, column) for s, m in metrics.items()})
+
+
+def _too_short(metrics: pd.DataFrame, column: str) -> DropResult:
+    """A no-drop result for a log too short to look for a drop in."""
+    level = float(metrics[column].median()) if column in metrics and len(metrics) else float("nan")
+    return DropResult(False, None, None, None, None, level, level, 1.0, 0.0,
+                      f"no drop: only {len(metrics)} logged points", column)
 
 
 def _drop(metrics: pd.DataFrame | None, column: str = "eval_L_mask") -> DropResult | None:
