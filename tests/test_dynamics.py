@@ -201,3 +201,17 @@ def test_bundled_run_has_its_drop():
     assert r.has_drop, r.reason
     assert r.plateau_level > 2 * r.final_level
     assert r.drop_start < r.drop_step < r.drop_end
+
+
+@pytest.mark.parametrize("name", ["b32_lr2e-3_seed0", "b32_lr2e-3_seed1", "b32_lr2e-3_seed2",
+                                  "b64_lr4e-3_seed0", "b64_lr4e-3_seed1", "b64_lr4e-3_seed2"])
+def test_real_plateaus_have_no_drop(name):
+    """Real eval L_mask curves of the preset search that had not left their plateau."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "plateau_curves.json").read_text())
+    curve = data["curves"][name]
+    r = detect_drop(curve["step"], curve["eval_L_mask"])
+    assert not r.has_drop, r.reason
+    assert r.plateau_level == pytest.approx(1 / 9, rel=0.1)
