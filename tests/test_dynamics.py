@@ -215,3 +215,13 @@ def test_real_plateaus_have_no_drop(name):
     r = detect_drop(curve["step"], curve["eval_L_mask"])
     assert not r.has_drop, r.reason
     assert r.plateau_level == pytest.approx(1 / 9, rel=0.1)
+
+
+def test_a_fit_without_plateau_points_reports_finite_levels():
+    import json
+    from pathlib import Path
+
+    case = json.loads((Path(__file__).parent / "data" / "plateau_curves.json").read_text())["overflow_case"]
+    r = detect_drop(case["step"], case["eval_L_mask"])
+    assert not r.has_drop
+    assert 0.05 < r.plateau_level < 0.2 and np.isfinite(r.drop_factor)

@@ -242,8 +242,10 @@ def detect_drop(
     start, end = _extent(t, y, t0, s, p, f, smoothed_noise, max(median_window, (len(t) // 50) | 1))
     if not start <= t0 <= end:
         t0 = float(np.clip(t0, start, end))
-    plateau = float(np.median(y[t <= start])) if np.any(t <= start) else p
     n_tail = max(3, len(t) // 10)
+    # An onset before the first point (a fit that found no plateau) has no plateau points: the
+    # first 10% of the log stand in, never the fit's extrapolated level.
+    plateau = float(np.median(y[t <= start])) if np.any(t <= start) else float(np.median(y[:n_tail]))
     final = float(np.median(y[-n_tail:]))
     delta = plateau - final
     params = {"t0": t0, "s": s, "p": plateau, "f": final, "start": start, "end": end}
