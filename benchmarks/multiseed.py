@@ -44,14 +44,7 @@ def main() -> None:
 
     single = tm.Trainer(preset, progress=False, device="cpu", **overrides)
 
-    def single_step() -> None:
-        batch = single.task.sample(bs, generator=single.train_gen)
-        loss = tm.masked_mse(single.model(batch.tokens), batch.values)
-        single.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        single.optimizer.step()
-
-    t_single = _time(single_step, 5, args.repeats)
+    t_single = _time(single.update, 5, args.repeats)
     print(f"preset {args.preset}, batch {bs}, {args.threads} thread(s), torch {torch.__version__}")
     print(f"single-seed Trainer step: {t_single * 1e3:.1f} ms")
     print(f"{'K':>3} {'ms/step':>9} {'x K=1':>7} {'ms/seed':>8}")

@@ -82,20 +82,11 @@ def main() -> None:
 
     single = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
                         progress=False, **overrides)
-    bs = single.train_cfg.batch_size
-
-    def step() -> None:
-        b = single.task.sample(bs, generator=single.train_gen)
-        loss = tm.masked_mse(single.model(b.tokens), b.values)
-        single.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        single.optimizer.step()
-
     for _ in range(10):
-        step()
+        single.update()
     ts = time.perf_counter()
     for _ in range(100):
-        step()
+        single.update()
     s_per_step = (time.perf_counter() - ts) / 100
 
     dropped = table[table["has_drop"]]

@@ -42,6 +42,7 @@ from tfmatcomp.checkpoint import (
     load_checkpoint_info, load_training_state, save_checkpoint,
 )
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
+from tfmatcomp.data import MatrixBatch
 from tfmatcomp.metrics import losses, masked_mse
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.rundir import METRICS_FILE, RunDirError
@@ -349,6 +350,25 @@ class Trainer:
         self.model.train(was_training)
         return out
 
+    def update(self) -> tuple[torch.Tensor, MatrixBatch]:
+        """One optimizer update on a fresh batch of the training stream (the step counter is the
+        caller's); returns the predictions the update used and the batch.
+
+        Raises:
+            FloatingPointError: if the loss is not finite.
+        """
+        batch = self.task.sample(self.train_cfg.batch_size, generator=self.train_gen,
+                                 device=self.device)
+        predictions = self.model(batch.tokens)
+        loss = masked_mse(predictions, batch.values)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is "
+                                     f"{loss.item()}; try a lower lr (now {self.train_cfg.lr})")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return predictions, batch
+
     def run(self, n_steps: int | None = None) -> TrainResult:
         """Train until step ``n_steps`` (default: the config's), logging and checkpointing.
 
@@ -371,16 +391,7 @@ class Trainer:
         try:
             t0 = time.perf_counter() - self.elapsed_s
             while self.step < n_steps:
-                batch = self.task.sample(cfg.batch_size, generator=self.train_gen, device=self.device)
-                predictions = self.model(batch.tokens)
-                loss = masked_mse(predictions, batch.values)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"training diverged at step {self.step + 1}: loss is {loss.item()}; "
-                        f"try a lower lr (now {cfg.lr})")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.optimizer.step()
+                predictions, batch = self.update()
                 self.step += 1
                 bar.update(1)
                 if self.step % cfg.log_every == 0 or self.step == n_steps:
