@@ -240,6 +240,7 @@ def detect_drop(
     noise = float(1.4826 * np.median(np.abs(resid - np.median(resid))))
     smoothed_noise = 1.25 * point_noise / math.sqrt(median_window)
     start, end = _extent(t, y, t0, s, p, f, smoothed_noise, max(median_window, (len(t) // 50) | 1))
+    end = min(end, float(t[-1]))  # a fall still under way at the last point ends there
     if not start <= t0 <= end:
         t0 = float(np.clip(t0, start, end))
     n_tail = max(3, len(t) // 10)
