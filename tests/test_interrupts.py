@@ -22,6 +22,9 @@ import tfmatcomp as tm
 from tfmatcomp.interventions import (MaskSubstitution, PositionalPermutation,
                                      UniformAttentionAblation, WeightTransplant, compose)
 
+# The SIGINT handler the test process started with (SIG_IGN in a background job, such as CI's).
+SIGINT_AT_START = signal.getsignal(signal.SIGINT)
+
 pytestmark = pytest.mark.skipif(
     not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread(),
     reason="needs SIGALRM / setitimer on the main thread")
@@ -86,7 +89,7 @@ def assert_untouched(model, before, handler):
         assert not hp._forward_hooks and not hp._backward_hooks, f"{name}: a torch hook left"
     assert model.context_level == 0
     assert signal.getsignal(signal.SIGALRM) is handler
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is SIGINT_AT_START  # as the test found it
     assert not torch.is_grad_enabled()  # the fixture's setting, untouched
 
 
