@@ -203,15 +203,15 @@ class EncoderActivationCache(ActivationCache):
     def decompose_resid(self, *args: Any, **kwargs: Any):
         """Raises :class:`PostLNError`: embeddings and earlier sub-layer outputs do not sum to a
         later stream here."""
-        raise _refuse("decompose_resid", _POST_LN + ", so embed + attn_out + mlp_out does not sum "
-                      "to any later stream", "Decompose one step at a time: resid_mid = resid_pre + "
-                      "attn_out, resid_post = (resid_post - mlp_out) + mlp_out; or use "
+        raise _refuse("decompose_resid", _POST_LN + "; embed + attn_out + mlp_out is therefore "
+                      "not any later stream", "Decompose one step at a time: resid_mid = resid_pre + "
+                      "attn_out, resid_post = ln1(resid_mid) + mlp_out; or use "
                       "tfmatcomp.decomposition (mean / position / context / residual).")
 
     def get_full_resid_decomposition(self, *args: Any, **kwargs: Any):
         """Raises :class:`PostLNError` (a sum over every head, neuron, embedding and bias)."""
-        raise _refuse("get_full_resid_decomposition", _POST_LN + ", so heads, neurons, embeddings "
-                      "and accumulated biases do not sum to the stream", "Use stack_head_results / "
+        raise _refuse("get_full_resid_decomposition", _POST_LN + "; heads, neurons, embeddings and "
+                      "accumulated biases therefore do not sum to the stream", "Use stack_head_results / "
                       "stack_neuron_results for one layer's own sub-layer outputs.")
 
     def logit_attrs(self, *args: Any, **kwargs: Any):
