@@ -28,24 +28,25 @@ Edit = Callable[[torch.Tensor], torch.Tensor]
 
 
 def random_bert(seed: int = 0) -> tuple[BertModel, torch.nn.Linear]:
-    """A float64 BERT (two token types) and read-out whose weights are all random and exactly
-    representable in float32, so that no conversion can round them."""
+    """A float64 BERT (two token types) and read-out whose weights are all random float64 values
+    (not representable in float32: a conversion that rounds through float32 fails the 1e-10 checks)."""
     cfg = BertConfig(vocab_size=VOCAB, hidden_size=D_MODEL, num_hidden_layers=N_LAYERS,
                      num_attention_heads=N_HEADS, intermediate_size=D_MLP,
                      max_position_embeddings=N_CTX, type_vocab_size=2, hidden_act="gelu",
                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                      attn_implementation="eager")
-    bert = BertModel(cfg, add_pooling_layer=False).eval()
-    readout = torch.nn.Linear(D_MODEL, 1)
+    bert = BertModel(cfg, add_pooling_layer=False).eval().double()
+    readout = torch.nn.Linear(D_MODEL, 1).double()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module in (bert, readout):
             for name, p in module.named_parameters():
                 if "LayerNorm.weight" in name:      # gains far from 1, some negative
-                    p.copy_(1.0 + 0.7 * torch.randn(p.shape, generator=g))
+                    p.copy_(1.0 + 0.7 * torch.randn(p.shape, generator=g, dtype=torch.float64))
                 else:                               # biases far from 0, matrices of unit scale
-                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
-    return bert.double(), readout.double()
+                    p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64)
+                            / math.sqrt(p.shape[-1]))
+    return bert, readout
 
 
 def inputs(seed: int = 1):
