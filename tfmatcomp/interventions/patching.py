@@ -58,7 +58,8 @@ class SampledBatch:
 
     Args:
         task: a :class:`~tfmatcomp.TaskConfig`, a :class:`~tfmatcomp.MatrixCompletionTask` (with
-            the papers' tokenizer) or a preset name; kept as a ``TaskConfig``.
+            the papers' tokenizer) or a preset name; kept as a ``TaskConfig`` with ``n_cols``
+            written out, so equal tasks give equal records.
         n_samples: how many matrices; seed: seeds the CPU generator.
 
     Example:
@@ -75,16 +76,15 @@ class SampledBatch:
         from tfmatcomp.datapath import resolve_task
 
         task = self.task
-        if not isinstance(task, TaskConfig):
-            if not isinstance(task, (MatrixCompletionTask, str)):
-                raise ValueError(f"task: expected a TaskConfig, a MatrixCompletionTask or a preset "
-                                 f"name, got {type(task).__name__}")
-            task = resolve_task(task)
-            if task.tokenizer != ValueTokenizer():
-                raise ValueError("task: a SampledBatch is written as a TaskConfig, which has the "
-                                 "papers' tokenizer; this task has another one")
-            task = TaskConfig(n_rows=task.n_rows, n_cols=task.n_cols, rank=task.rank,
-                              p_mask=task.p_mask, distribution=task.distribution)
+        if not isinstance(task, (TaskConfig, MatrixCompletionTask, str)):
+            raise ValueError(f"task: expected a TaskConfig, a MatrixCompletionTask or a preset "
+                             f"name, got {type(task).__name__}")
+        task = resolve_task(task)
+        if task.tokenizer != ValueTokenizer():
+            raise ValueError("task: a SampledBatch is written as a TaskConfig, which has the "
+                             "papers' tokenizer; this task has another one")
+        task = TaskConfig(n_rows=task.n_rows, n_cols=task.n_cols, rank=task.rank,  # explicit n_cols
+                          p_mask=task.p_mask, distribution=task.distribution)
         object.__setattr__(self, "task", task)
         object.__setattr__(self, "n_samples", check_positive_int("n_samples", self.n_samples))
         check_seed("seed", self.seed)
