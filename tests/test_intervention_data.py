@@ -278,3 +278,13 @@ def test_report_tables_write_the_interventions_out(model):
     assert frame_html(scan).count("<li>") == 4 and "(cell (1, 0))" in frame_html(scan)
     plain = pd.DataFrame({"a": [1.0]})
     assert "details" not in frame_html(plain)
+
+
+def test_the_docs_example_runs(capsys):
+    from pathlib import Path
+
+    page = (Path(__file__).parent.parent / "docs" / "interventions.md").read_text()
+    section = page[page.index("## Interventions as data"):page.index("## The experiments")]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/interventions.md", "exec"), {"__name__": "__docs__"})
+    assert capsys.readouterr().out.strip() == '{"kind": "uniform_attention_ablation", "heads": [[1, 2]]}'
