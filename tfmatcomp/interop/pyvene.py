@@ -7,33 +7,33 @@ and reads sizes from ``model.config``. :class:`PyveneEncoder` is that view of a
 layout pyvene's per-head components expect). :func:`intervenable` registers the table and builds
 the ``pyvene.IntervenableModel``. pyvene is imported only inside these functions.
 
-=================================  ===========================================  =====================
-pyvene component                   our hook (layer ``l``)                       tensor pyvene sees
-=================================  ===========================================  =====================
-``block_input``                    ``blocks.{l}.hook_resid_pre``                ``[batch, pos, d_model]``
-``block_output``                   ``blocks.{l}.hook_normalized_resid_post``    ``[batch, pos, d_model]``
-``resid_post``                     ``blocks.{l}.hook_resid_post`` (before LN2)  ``[batch, pos, d_model]``
-``attention_output``               ``blocks.{l}.hook_attn_out``                 ``[batch, pos, d_model]``
-``mlp_output``                     ``blocks.{l}.hook_mlp_out``                  ``[batch, pos, d_model]``
-``mlp_activation``                 ``blocks.{l}.mlp.hook_post``                 ``[batch, pos, d_mlp]``
-``attention_weight``               ``blocks.{l}.attn.hook_pattern``             ``[batch, head, q, k]``
-``attention_value_output``         ``blocks.{l}.attn.hook_z``, heads flattened  ``[batch, pos, h*d]``
-``head_attention_value_output``    ``blocks.{l}.attn.hook_z``, one head         ``[batch, head, pos, d]``
-=================================  ===========================================  =====================
+===============================  =================================================================
+pyvene component                 our hook at layer ``l``, and the tensor pyvene sees
+===============================  =================================================================
+``block_input``                  ``blocks.{l}.hook_resid_pre`` ``[batch, pos, d_model]``
+``block_output``                 ``blocks.{l}.hook_normalized_resid_post`` (what the block returns)
+``resid_post``                   ``blocks.{l}.hook_resid_post`` (before the block's second LN)
+``attention_output``             ``blocks.{l}.hook_attn_out``
+``mlp_output``                   ``blocks.{l}.hook_mlp_out``
+``mlp_activation``               ``blocks.{l}.mlp.hook_post`` ``[batch, pos, d_mlp]``
+``attention_weight``             ``blocks.{l}.attn.hook_pattern`` ``[batch, head, query, key]``
+``attention_value_output``       ``blocks.{l}.attn.hook_z``, heads flattened ``[batch, pos, h*d]``
+``head_attention_value_output``  ``blocks.{l}.attn.hook_z`` per head ``[batch, head, pos, d_head]``
+===============================  =================================================================
 
-``block_output`` is what the block returns (pyvene's meaning, after this post-LN block's second
-LayerNorm), the same tensor as block ``l + 1``'s ``hook_resid_pre``. For ``attention_weight``,
-pyvene's ``"pos"`` unit indexes axis 1, which here is the head. Any other hook is reachable by its
-module path, e.g. ``component="model.blocks.0.attn.hook_q.output"``.
+``block_output`` is what the block returns (pyvene's meaning; in this post-LN block, after its
+second LayerNorm), the same tensor as block ``l + 1``'s ``hook_resid_pre``. For
+``attention_weight``, pyvene's ``"pos"`` unit indexes axis 1, which here is the head. Any other
+hook is reachable by its module path, e.g. ``component="model.blocks.0.attn.hook_q.output"``.
 
 Things pyvene does to the model it wraps: it puts it in eval mode and turns off
 ``requires_grad`` of its parameters, and it removes *every* forward hook of the model's modules
 before and after each call, TransformerLens hooks added with ``model.add_hook`` included. Two
 details of pyvene's own: separate interventions each get their own source run, so give those that
-share a source one ``group_key`` (one source run, as :class:`~tfmatcomp.interventions.ActivationPatch`
-does; without it the runs round differently, ~1e-7); and pass explicit locations
-(:func:`locations`): pyvene's shorthand of a flat position list mis-patched a subset of positions
-in pyvene 0.1.8.
+share a source one ``group_key`` (one source run, as
+:class:`~tfmatcomp.interventions.ActivationPatch` does; separate runs round differently, ~1e-7);
+and pass explicit locations (:func:`locations`): with pyvene 0.1.8, the shorthand of a flat
+position list patched a subset of positions differently from the explicit form.
 
 Example:
     The papers' X -> -X patch of every head's output (``hook_z``) in every layer, through pyvene:
@@ -71,8 +71,8 @@ __all__ = ["PyveneEncoder", "MODULE_MAPPING", "DIMENSION_MAPPING", "register", "
 _OUT = "register_forward_hook"  # pyvene's CONST_OUTPUT_HOOK, spelled out to avoid importing pyvene
 
 
-def _split_heads(x: Float[Tensor, "batch pos hd"], n_heads: int) -> Float[Tensor, "batch head pos d"]:
-    """``[batch, pos, n_heads * d_head] -> [batch, n_heads, pos, d_head]`` (pyvene's head layout)."""
+def _split_heads(x: Float[Tensor, "batch pos hd"], n_heads: int) -> Float[Tensor, "batch h pos d"]:
+    """``[batch, pos, n_heads * d_head] -> [batch, n_heads, pos, d_head]``, pyvene's head layout."""
     return x.reshape(*x.shape[:2], n_heads, x.shape[-1] // n_heads).permute(0, 2, 1, 3)
 
 
