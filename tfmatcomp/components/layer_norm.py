@@ -51,5 +51,7 @@ class LayerNorm(nn.Module):
 
 
 def _hooked(hook_point: HookPoint) -> bool:
-    """True when a forward or backward hook function is registered on ``hook_point``."""
-    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks)
+    """True when something may read or edit ``hook_point``: a TransformerLens hook, a plain PyTorch
+    hook (pyvene registers those), or a ``forward`` replaced on the instance (nnsight's tracing)."""
+    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks or hook_point._forward_hooks
+                or hook_point._forward_pre_hooks or "forward" in vars(hook_point))
