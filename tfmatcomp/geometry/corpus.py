@@ -14,7 +14,7 @@ Example:
     ['doc 0', 'doc 1']
     >>> contexts = cut_contexts(docs, lambda s: list(range(len(s.split()))), n_contexts=2, n_positions=2)
     >>> contexts.tokens.tolist(), contexts.labels.tolist()
-    ([[0, 1], [0, 1]], [0, 1])
+    ([[0, 1], [2, 3]], [0, 1])
 """
 
 from __future__ import annotations
