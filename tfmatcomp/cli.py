@@ -122,7 +122,12 @@ def _write_report(args: argparse.Namespace, run, device=None) -> int:
                           seed=args.seed, device=device,
                           sections=args.sections.split(",") if args.sections else None,
                           progress=not args.no_progress)
-    print(f"report written to {report.path.resolve()}")
+    return _written(report, "report")
+
+
+def _written(report, what: str) -> int:
+    """Say where a report went and which sections failed (exit status 1 if any)."""
+    print(f"{what} written to {report.path.resolve()}")
     if report.failed:
         print(f"sections that failed: {report.failed}", file=sys.stderr)
         return 1
@@ -215,11 +220,7 @@ def _geometry(args: argparse.Namespace) -> int:
                           drop_first=args.drop_first, seed=args.seed, device=args.device,
                           sections=args.sections.split(",") if args.sections else None,
                           progress=not args.no_progress)
-    print(f"geometry report written to {report.path.resolve()}")
-    if report.failed:
-        print(f"sections that failed: {report.failed}", file=sys.stderr)
-        return 1
-    return 0
+    return _written(report, "geometry report")
 
 
 def build_parser() -> argparse.ArgumentParser:
