@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from tfmatcomp.report.run import RunContext
 from tfmatcomp.report.sections import Section
 
-__all__ = ["render", "table_html", "frame_html"]
+__all__ = ["render", "page", "table_html", "frame_html"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1200px;margin:2em auto;
@@ -108,8 +108,8 @@ def _verdict(ctx: RunContext) -> str:
             "section for what that means and what to do.</p>")
 
 
-def render(ctx: RunContext, sections: Sequence[Section], seconds: float) -> str:
-    """The HTML page of a report."""
+def page(title: str, header: str, sections: Sequence[Section]) -> str:
+    """A self-contained page: ``title``, ``header`` HTML, a table of contents and the sections."""
     first_figure = True
     body = []
     for s in sections:
@@ -129,6 +129,14 @@ def render(ctx: RunContext, sections: Sequence[Section], seconds: float) -> str:
         parts.append(f'<p class="meta">computed in {s.seconds:.1f} s</p>')
         body.append("\n".join(parts))
     toc = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a></li>' for s in sections)
+    t = html.escape(title)
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{t}</title>"
+            f"<style>{_CSS}</style></head><body><h1>{t}</h1>{header}"
+            f"<nav><ol>{toc}</ol></nav>{''.join(body)}</body></html>")
+
+
+def render(ctx: RunContext, sections: Sequence[Section], seconds: float) -> str:
+    """The HTML page of a report."""
     cfg, tcfg = ctx.post.cfg, ctx.task
     seed = f" (seed {ctx.run_seed})" if ctx.run_seed is not None else ""
     meta = (f"run <code>{html.escape(str(ctx.run_dir))}</code>{seed}; model {cfg.n_layers} layers x "
@@ -138,6 +146,4 @@ def render(ctx: RunContext, sections: Sequence[Section], seconds: float) -> str:
             f"{ctx.n_samples} samples per experiment, sampling seed {ctx.seed}; built in "
             f"{seconds:.0f} s. Layers and heads are 1-based in figure titles (the papers' labels) and "
             "0-based in table columns named layer / head.")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>tfmatcomp report</title>"
-            f"<style>{_CSS}</style></head><body><h1>tfmatcomp report</h1>{_verdict(ctx)}"
-            f"<p class='meta'>{meta}</p><nav><ol>{toc}</ol></nav>{''.join(body)}</body></html>")
+    return page("tfmatcomp report", f"{_verdict(ctx)}<p class='meta'>{meta}</p>", sections)
