@@ -52,7 +52,7 @@ def parameter_table(cfg: DecoderConfig) -> list[tuple[str, str, slice | None, Re
 
     Example:
         >>> rows = parameter_table(DecoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16))
-        >>> [(ours, theirs, cols) for ours, theirs, cols, _, _ in rows][3]
+        >>> [(ours, theirs, cols) for ours, theirs, cols, _, _ in rows][4]
         ('blocks.0.attn.W_Q', 'transformer.h.0.attn.c_attn.weight', slice(0, 8, None))
     """
     h, e, d = cfg.n_heads, cfg.d_head, cfg.d_model
