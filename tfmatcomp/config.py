@@ -150,21 +150,44 @@ def _check_shape(cfg: "EncoderConfig | DecoderConfig") -> None:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """Parameters of :class:`tfmatcomp.MatrixCompletionTask` (serializable)."""
+    """Parameters of :class:`tfmatcomp.MatrixCompletionTask` (serializable).
+
+    Attributes:
+        mixture: sizes ``n`` of a uniform mixture of ``n x n`` matrices
+            (:class:`~tfmatcomp.data.MatrixMixtureTask`, one size per batch); empty: one size,
+            ``n_rows x n_cols``. With a mixture, ``n_rows`` is its largest size and ``n_cols``
+            is None.
+
+    Example:
+        >>> cfg = TaskConfig(mixture=(5, 7, 9), rank=1)
+        >>> cfg.n_rows, cfg.n_positions, type(cfg.build()).__name__
+        (9, 81, 'MatrixMixtureTask')
+    """
 
     n_rows: int = 7
     n_cols: int | None = None
     rank: int | None = 2
     p_mask: float = 0.3
     distribution: str = "uniform"
+    mixture: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        self.build()  # MatrixCompletionTask checks every field, naming it and its allowed values
+        if self.mixture:
+            mixture = tuple(check_int_list("mixture", self.mixture, lo=1))
+            if self.n_cols is not None:
+                raise ValueError("n_cols: a mixture holds square sizes; leave n_cols None")
+            object.__setattr__(self, "mixture", mixture)
+            object.__setattr__(self, "n_rows", max(self.mixture))
+        self.build()  # the task checks every field, naming it and its allowed values
 
     def build(self):
-        """The :class:`~tfmatcomp.data.MatrixCompletionTask` this config describes."""
-        from tfmatcomp.data import MatrixCompletionTask
+        """The :class:`~tfmatcomp.data.MatrixCompletionTask` (or, with ``mixture``, the
+        :class:`~tfmatcomp.data.MatrixMixtureTask`) this config describes."""
+        from tfmatcomp.data import MatrixCompletionTask, MatrixMixtureTask
 
+        if self.mixture:
+            return MatrixMixtureTask(sizes=self.mixture, rank=self.rank, p_mask=self.p_mask,
+                                     distribution=self.distribution)
         return MatrixCompletionTask(n_rows=self.n_rows, n_cols=self.n_cols, rank=self.rank,
                                     p_mask=self.p_mask, distribution=self.distribution)
 
@@ -173,7 +196,12 @@ class TaskConfig:
         return self.n_rows * (self.n_cols or self.n_rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if self.mixture:
+            d["mixture"] = list(self.mixture)
+        else:
+            del d["mixture"]  # single-size configs serialize as before mixtures existed
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TaskConfig":
