@@ -36,15 +36,20 @@ print(f"... and the same for blocks.1; {len(cache)} cached activations in all")
 # ## Post-LN identities
 #
 # BERT normalizes after each residual addition, so a block's output is `ln2(resid_post)`, which is
-# the next block's `resid_pre`; `resid_post` itself is not.
+# the next block's `resid_pre`; `resid_post` itself is not. A LayerNorm's `hook_normalized` is
+# TransformerLens's `(x - mean) / scale`, *before* its gain `w` and bias `b`; the full LayerNorm
+# outputs are `hook_normalized_resid_mid` (LN1, the MLP input) and `hook_normalized_resid_post` (LN2).
 
 # %%
 c = cache
 assert torch.allclose(c["blocks.0.hook_resid_mid"],
                       c["blocks.0.hook_resid_pre"] + c["blocks.0.hook_attn_out"], atol=1e-5)
 assert torch.allclose(c["blocks.0.hook_resid_post"],
-                      c["blocks.0.ln1.hook_normalized"] + c["blocks.0.hook_mlp_out"], atol=1e-5)
+                      c["blocks.0.hook_normalized_resid_mid"] + c["blocks.0.hook_mlp_out"], atol=1e-5)
 assert torch.equal(c["blocks.0.hook_normalized_resid_post"], c["blocks.1.hook_resid_pre"])
+ln1 = model.blocks[0].ln1
+assert torch.allclose(c["blocks.0.hook_normalized_resid_mid"],
+                      c["blocks.0.ln1.hook_normalized"] * ln1.w + ln1.b, atol=1e-5)
 assert torch.allclose(c["blocks.0.attn.hook_pattern"].sum(-1), torch.tensor(1.0), atol=1e-5)
 print("identities hold")
 

@@ -1,10 +1,13 @@
-"""The package has no import cycle, counting imports inside functions (they only defer a cycle)."""
+"""The package has no import cycle, counting imports inside functions (they only defer a cycle), and
+importing it never imports the optional interop libraries (nnsight, pyvene)."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import tfmatcomp
@@ -98,3 +101,14 @@ def test_no_import_cycle():
 
 def test_cycle_finder_finds_a_deferred_cycle():
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_no_module_imports_the_optional_interop_libraries():
+    # A fresh interpreter: this test session may already have imported them (tests/test_interop_*).
+    code = ("import importlib, pkgutil, sys, tfmatcomp\n"
+            "for info in pkgutil.walk_packages(tfmatcomp.__path__, 'tfmatcomp.'):\n"
+            "    importlib.import_module(info.name)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('nnsight', 'pyvene')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=ROOT.parent, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]", f"modules imported by importing tfmatcomp: {out}"

@@ -274,7 +274,8 @@ def test_transplant_hooks_equal_a_model_with_the_donors_parameters(tiny_model, d
     with tiny_model.hooks(fwd_hooks=t.fwd_hooks(tiny_model)):
         got, cache = tiny_model.run_with_cache(batch.tokens)
     assert torch.equal(got, want)
-    for name in ("embed.hook_pos_embed", "blocks.0.ln1.hook_normalized", "blocks.1.hook_mlp_out"):
+    for name in ("embed.hook_pos_embed", "blocks.0.ln1.hook_normalized", "blocks.0.hook_normalized_resid_mid",
+                 "blocks.1.hook_mlp_out"):
         assert torch.equal(cache[name], want_cache[name]), name
     with tiny_model.unfused(), ref.unfused():
         want = ref(batch.tokens)

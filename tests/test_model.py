@@ -22,6 +22,7 @@ def expected_hook_shapes(cfg: EncoderConfig, b=B, t=T):
         shapes[p + "attn.hook_attn_scores"] = shapes[p + "attn.hook_pattern"] = (b, h, t, t)
         for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out",
                      "hook_resid_post", "hook_normalized_resid_post", "ln1.hook_normalized",
+                     "hook_normalized_resid_mid",
                      "ln2.hook_normalized"):
             shapes[p + name] = (b, t, d)
         shapes[p + "ln1.hook_scale"] = shapes[p + "ln2.hook_scale"] = (b, t, 1)

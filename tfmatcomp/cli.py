@@ -1,4 +1,4 @@
-"""Command line: ``tfmatcomp train``, ``presets``, ``report`` and ``demo``.
+"""Command line: ``tfmatcomp train``, ``presets``, ``report``, ``demo`` and ``geometry``.
 
 Example::
 
@@ -122,7 +122,12 @@ def _write_report(args: argparse.Namespace, run, device=None) -> int:
                           seed=args.seed, device=device,
                           sections=args.sections.split(",") if args.sections else None,
                           progress=not args.no_progress)
-    print(f"report written to {report.path.resolve()}")
+    return _written(report, "report")
+
+
+def _written(report, what: str) -> int:
+    """Say where a report went and which sections failed (exit status 1 if any)."""
+    print(f"{what} written to {report.path.resolve()}")
     if report.failed:
         print(f"sections that failed: {report.failed}", file=sys.stderr)
         return 1
@@ -181,6 +186,41 @@ def _demo(args: argparse.Namespace) -> int:
           + (f" (onsets {', '.join(f'{group.drops[s].drop_start:,.0f}' for s in group.dropped)})"
              if group.dropped else "; the report says what to do"))
     return _write_report(args, args.out_dir)
+
+
+# ------------------------------------------------------------------------ geometry
+def _geometry_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", help="local transformers model directory (bert or gpt2, with its "
+                   "tokenizer; nothing is downloaded)")
+    p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
+                   "document per file); documents are the cluster labels")
+    p.add_argument("-o", "--out", default="geometry.html", help="HTML file to write")
+    p.add_argument("--contexts", type=int, default=256, help="C, contexts of the first pass (256)")
+    p.add_argument("--positions", type=int, default=128, help="T, tokens per context (128)")
+    p.add_argument("--second-pass", type=int, default=32, help="contexts of the second pass (32)")
+    p.add_argument("--batch-size", type=int, default=16, help="contexts per forward pass (16)")
+    p.add_argument("--layer", type=int, help="layer of the Gram / QK sections (default: middle)")
+    p.add_argument("--head", type=int, default=0, help="head of the QK figure (0-based)")
+    p.add_argument("--drop-first", type=int, default=1, help="leading tokens dropped (1: the "
+                   "paper's first-token artifact)")
+    p.add_argument("--seed", type=int, default=0, help="which windows are drawn")
+    p.add_argument("--sections", help="comma-separated subset of table1, pca, gram, clusters, qk, theory")
+    p.add_argument("--device", help="cpu or cuda (default: cpu)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("geometry", _geometry_args)
+def _geometry(args: argparse.Namespace) -> int:
+    """Seed 003's geometry of a local BERT / GPT-2 on a text, as one HTML page."""
+    from tfmatcomp.geometry.command import run_geometry
+
+    report = run_geometry(args.model_dir, args.text, args.out, n_contexts=args.contexts,
+                          n_positions=args.positions, n_second=args.second_pass,
+                          batch_size=args.batch_size, layer=args.layer, head=args.head,
+                          drop_first=args.drop_first, seed=args.seed, device=args.device,
+                          sections=args.sections.split(",") if args.sections else None,
+                          progress=not args.no_progress)
+    return _written(report, "geometry report")
 
 
 def build_parser() -> argparse.ArgumentParser:

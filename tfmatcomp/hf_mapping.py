@@ -146,7 +146,7 @@ def build_from_hf(cls: type["HookedEncoder"], bert: nn.Module, readout: nn.Linea
                              f"got {readout!r}")
         overrides.setdefault("d_out", readout.out_features)
     cfg = config_from_hf(bert.config, token_types_used=token_types_used, **overrides)
-    model = cls(cfg)
+    model = cls(cfg).to(dtype=tt.dtype)  # load float64 weights without rounding them to float32
     ours = _hf_state_dict_to_ours(sd, cfg)
     if readout is not None:
         ours["readout.W"] = readout.weight.detach().T.contiguous()

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from transformer_lens import ActivationCache, HookedRootModule
+from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from tfmatcomp._interrupts import Undoable
 
@@ -67,6 +67,8 @@ class HookedBase(HookedRootModule):
     """TransformerLens's ``HookedRootModule`` with checked hook names and interrupt-safe contexts."""
 
     cfg: Any
+    #: the class ``run_with_cache`` wraps the activations in (the encoder's refuses pre-LN helpers)
+    _cache_class: type = ActivationCache
     def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
         """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
         if not torch.is_tensor(tokens) or tokens.ndim != 2:
@@ -106,16 +108,15 @@ class HookedBase(HookedRootModule):
                        remove_batch_dim: bool = False, **kwargs: Any):
         """Run the model and cache activations, as TransformerLens's ``run_with_cache``.
 
-        Returns ``(output, cache)`` with ``cache`` a ``transformer_lens.ActivationCache`` (a plain
-        dict when ``return_cache_object=False``). Accepts ``names_filter``, ``device``,
-        ``remove_batch_dim`` and the forward's keyword arguments.
-
-        Note: ActivationCache helpers that assume a pre-LN decoder (``decompose_resid``,
-        ``accumulated_resid``, ``apply_ln_to_stack``) do not describe the post-LN encoder.
+        Returns ``(output, cache)`` with ``cache`` a ``transformer_lens.ActivationCache`` (for
+        the encoder an :class:`~tfmatcomp.cache.EncoderActivationCache`, whose pre-LN helpers
+        raise instead of returning wrong numbers; a plain dict when
+        ``return_cache_object=False``). Accepts ``names_filter``, ``device``, ``remove_batch_dim``
+        and the forward's keyword arguments.
         """
         out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
         if return_cache_object:
-            cache = ActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
+            cache = self._cache_class(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
 
     @contextlib.contextmanager
@@ -196,6 +197,29 @@ class HookedBase(HookedRootModule):
     @property
     def W_out(self) -> Float[Tensor, "n_layers d_mlp d_model"]:
         return self._stack(lambda b: b.mlp.W_out)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """``W_Q @ W_K^T`` per head, ``[n_layers, n_heads, d_model, d_model]`` (TransformerLens's QK:
+        the bilinear form of the attention scores, before the ``1/sqrt(d_head)`` scale and biases).
+
+        Example:
+            >>> import tfmatcomp as tm
+            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+            >>> model.QK.shape, model.all_head_labels[:2]
+            (torch.Size([2, 4, 64, 64]), ['L0H0', 'L0H1'])
+        """
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """``W_V @ W_O`` per head, ``[n_layers, n_heads, d_model, d_model]`` (TransformerLens's OV)."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    @property
+    def all_head_labels(self) -> list[str]:
+        """``["L0H0", "L0H1", ...]``, layer-major, as TransformerLens labels heads."""
+        return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
 
     @property
     def device(self) -> torch.device:

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
+from tfmatcomp.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
 from tfmatcomp.hooked_base import HookedBase, UnknownHookError
 from tfmatcomp.validation import check_choice, check_seed
@@ -47,16 +48,25 @@ class HookedEncoder(HookedBase):
             and embeddings, zero biases, unit LayerNorm; PyTorch's default for the read-out as in
             the papers' code).
 
-    Hook names follow TransformerLens's HookedEncoder (3.x): ``embed.hook_embed``,
+    Hook names and meanings follow TransformerLens's HookedEncoder (3.x): ``embed.hook_embed``,
     ``embed.hook_pos_embed``, ``embed.hook_token_type_embed``, ``embed.ln.hook_scale``,
     ``embed.ln.hook_normalized``, ``hook_full_embed``; per block ``blocks.{l}.hook_resid_pre``,
     ``blocks.{l}.attn.hook_q|hook_k|hook_v|hook_z`` ``[batch, pos, head, d_head]``,
     ``blocks.{l}.attn.hook_attn_scores|hook_pattern`` ``[batch, head, query, key]``,
     ``blocks.{l}.hook_attn_out``, ``blocks.{l}.hook_resid_mid``, ``blocks.{l}.ln1.hook_scale|
-    hook_normalized``, ``blocks.{l}.mlp.hook_pre|hook_post``, ``blocks.{l}.hook_mlp_out``,
-    ``blocks.{l}.hook_resid_post``, ``blocks.{l}.ln2.hook_scale|hook_normalized``,
-    ``blocks.{l}.hook_normalized_resid_post``; and ``hook_readout`` ``[batch, pos]``.
+    hook_normalized``, ``blocks.{l}.hook_normalized_resid_mid``, ``blocks.{l}.mlp.hook_pre|
+    hook_post``, ``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``,
+    ``blocks.{l}.ln2.hook_scale|hook_normalized``, ``blocks.{l}.hook_normalized_resid_post``; and
+    ``hook_readout`` ``[batch, pos]``. A LayerNorm's ``hook_scale`` (``[batch, pos, 1]``) and
+    ``hook_normalized`` (``(x - mean) / scale``) come before its gain and bias, as in
+    TransformerLens; its output after them is ``hook_full_embed`` (``embed.ln``),
+    ``hook_normalized_resid_mid`` (``ln1``, the one hook TransformerLens lacks) or
+    ``hook_normalized_resid_post`` (``ln2``). The table with every hook's shape and meaning is
+    docs/concepts/model.md.
     """
+
+    #: ``run_with_cache``'s cache: TransformerLens's, with its pre-LN helpers refusing to run.
+    _cache_class = EncoderActivationCache
 
     def __init__(self, cfg: EncoderConfig, seed: int = 0):
         super().__init__()

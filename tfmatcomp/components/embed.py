@@ -23,7 +23,9 @@ class BertEmbed(nn.Module):
         hook_embed: ``[batch, pos, d_model]`` token embeddings.
         hook_pos_embed: ``[batch, pos, d_model]`` positional embeddings.
         hook_token_type_embed: ``[batch, pos, d_model]`` (only when ``n_token_types > 0``).
-        ln.hook_scale / ln.hook_normalized: the embedding LayerNorm.
+        ln.hook_scale / ln.hook_normalized: the embedding LayerNorm's divisor and its normalized
+            value before the gain and bias (TransformerLens's meaning); the LayerNorm's output,
+            after them, is the model's ``hook_full_embed``.
     """
 
     def __init__(self, cfg: EncoderConfig):

@@ -1,4 +1,4 @@
-"""LayerNorm with hooks on its scale and normalized output (TransformerLens names)."""
+"""LayerNorm with hooks on its scale and normalized value (TransformerLens names and meanings)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,24 @@ from transformer_lens.hook_points import HookPoint
 class LayerNorm(nn.Module):
     """``LN(x) = (x - mean) / sqrt(var + eps) * w + b`` over the last axis.
 
-    Hooks:
+    Hooks (TransformerLens's LayerNorm: both come *before* the gain ``w`` and bias ``b``, so an
+    edit at either one flows through ``w`` and ``b``):
         hook_scale: ``[batch, pos, 1]``, the ``sqrt(var + eps)`` divisor.
-        hook_normalized: ``[batch, pos, d_model]``, the output (after ``w`` and ``b``).
+        hook_normalized: ``[batch, pos, d_model]``, ``(x - mean) / scale``, before ``w`` and ``b``.
+
+    The module's output (after ``w`` and ``b``) has no hook of its own here; the module that uses
+    the LayerNorm hooks it (``hook_full_embed``, ``blocks.{l}.hook_normalized_resid_mid``,
+    ``blocks.{l}.hook_normalized_resid_post``).
+
+    Example:
+        >>> import torch
+        >>> ln = LayerNorm(4)
+        >>> with torch.no_grad():
+        ...     _ = ln.w.fill_(2.0), ln.b.fill_(1.0)
+        >>> x = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]])
+        >>> _ = ln.hook_normalized.add_hook(lambda act, hook: torch.zeros_like(act))
+        >>> ln(x).detach()  # the edited normalized value still goes through w and b
+        tensor([[[1., 1., 1., 1.]]])
     """
 
     def __init__(self, d_model: int, eps: float = 1e-12):
@@ -24,7 +39,7 @@ class LayerNorm(nn.Module):
         self.w = nn.Parameter(torch.ones(d_model))
         self.b = nn.Parameter(torch.zeros(d_model))
         self.hook_scale = HookPoint()  # [batch, pos, 1]
-        self.hook_normalized = HookPoint()  # [batch, pos, d_model]
+        self.hook_normalized = HookPoint()  # [batch, pos, d_model], before w and b
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         if self.fused and not (_hooked(self.hook_scale) or _hooked(self.hook_normalized)):
@@ -32,9 +47,11 @@ class LayerNorm(nn.Module):
             return F.layer_norm(x, self.w.shape, self.w, self.b, self.eps)
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
-        return self.hook_normalized(x / scale * self.w + self.b)
+        return self.hook_normalized(x / scale) * self.w + self.b
 
 
 def _hooked(hook_point: HookPoint) -> bool:
-    """True when a forward or backward hook function is registered on ``hook_point``."""
-    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks)
+    """True when something may read or edit ``hook_point``: a TransformerLens hook, a plain PyTorch
+    hook (pyvene registers those), or a ``forward`` replaced on the instance (nnsight's tracing)."""
+    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks or hook_point._forward_hooks
+                or hook_point._forward_pre_hooks or "forward" in vars(hook_point))

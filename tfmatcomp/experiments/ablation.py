@@ -23,7 +23,7 @@ from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resol
 from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROUP_VALUES,
                                              PAPER_HEAD_GROUPS, POST)
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,
-                                     paper_label, resolve_heads)
+                                     paper_label, resolve_heads, to_json)
 from tfmatcomp.interventions.sites import HeadSpec
 from tfmatcomp.validation import renamed_argument
 
@@ -70,7 +70,8 @@ def attention_ablation(
         Rows per (model, condition): ``model``, ``heads`` (``"all"`` or the papers' 1-based label),
         ``variant``, ``condition`` (``"baseline"`` / ``"ablated"``), ``L``, ``L_obs``, ``L_mask``,
         ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask`` (all heads, uniform, models labelled
-        ``"pre-shift"`` / ``"post-shift"``).
+        ``"pre-shift"`` / ``"post-shift"``), ``intervention`` (JSON of the ablation run, None for
+        the baseline; see :mod:`tfmatcomp.interventions.serialize`).
 
     Example:
         >>> import tfmatcomp as tm
@@ -92,7 +93,7 @@ def attention_ablation(
             rows.append({"model": label, "heads": _heads_text(chosen), "variant": variant,
                          "condition": condition, **loss_values(predict(model, batch, iv, batch_size), batch),
                          "paper_4l8h_L_obs": ref.get("L_obs", _NAN),
-                         "paper_4l8h_L_mask": ref.get("L_mask", _NAN)})
+                         "paper_4l8h_L_mask": ref.get("L_mask", _NAN), "intervention": to_json(iv)})
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="attention ablation", n_samples=n_samples, seed=seed,
                     heads_convention="papers' 1-based labels")
@@ -151,7 +152,8 @@ def head_group_ablation(
         One row per (model, group): ``model``, ``group``, ``heads_paper`` (1-based label), ``heads``
         (0-based pairs), ``L_without``, ``L_with``, ``L_obs_without``, ``L_obs_with``,
         ``L_mask_without``, ``L_mask_with``, ``ratio_L``, ``ratio_L_obs``, ``ratio_L_mask`` (with /
-        without), and ``paper_4l8h_*`` columns where the paper reports the group (post-shift).
+        without), ``paper_4l8h_*`` columns where the paper reports the group (post-shift), and
+        ``intervention`` (JSON of the group's ablation; the ``_without`` values are the plain model).
 
     Example:
         >>> import tfmatcomp as tm
@@ -168,7 +170,8 @@ def head_group_ablation(
         batch = sample_batch(task, n_samples, seed, model.device)
         base = loss_values(predict(model, batch, None, batch_size), batch)
         for name, heads in spec.items():
-            with_ = loss_values(predict(model, batch, _ablation(heads, variant), batch_size), batch)
+            iv = _ablation(heads, variant)
+            with_ = loss_values(predict(model, batch, iv, batch_size), batch)
             row = {"model": label, "group": name, "heads_paper": paper_label(heads), "heads": heads}
             for k in ("L", "L_obs", "L_mask"):
                 row[f"{k}_without"], row[f"{k}_with"] = base[k], with_[k]
@@ -178,6 +181,7 @@ def head_group_ablation(
                 label == POST and variant == "uniform" and groups == "paper") else {}
             for k in ("L_obs_without", "L_obs_with", "L_mask_without", "L_mask_with"):
                 row[f"paper_4l8h_{k}"] = paper.get(k, _NAN)
+            row["intervention"] = to_json(iv)
             rows.append(row)
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="head-group ablation", variant=variant, n_samples=n_samples, seed=seed,
@@ -206,7 +210,8 @@ def head_ablation_scan(
 
     Returns:
         A DataFrame with index ``layer`` and columns ``head``, both **0-based**; ``df.attrs`` holds
-        ``baseline`` (the unablated metric, per model when several), ``metric`` and the convention.
+        ``baseline`` (the unablated metric, per model when several), ``metric``, the convention and
+        ``interventions``: ``{(layer, head): JSON of the ablation that gave that cell}``.
         :func:`tfmatcomp.plotting.experiments.head_scan_heatmap` draws it with 1-based labels.
 
     Example:
@@ -219,14 +224,18 @@ def head_ablation_scan(
     if metric not in ("L", "L_obs", "L_mask"):
         raise ValueError(f"metric: must be 'L', 'L_obs' or 'L_mask', got {metric!r}")
     named, task = resolve_models(models, task)
-    tables, baselines = {}, {}
+    tables, baselines, cells = {}, {}, {}
     for label, model in named.items():
         batch = sample_batch(task, n_samples, seed, model.device)
         base = loss_values(predict(model, batch, None, batch_size), batch)[metric]
         grid = []
         for l in range(model.cfg.n_layers):
-            grid.append([loss_values(predict(model, batch, _ablation([(l, h)], variant), batch_size),
-                                     batch)[metric] - base for h in range(model.cfg.n_heads)])
+            row = []
+            for h in range(model.cfg.n_heads):
+                iv = _ablation([(l, h)], variant)
+                row.append(loss_values(predict(model, batch, iv, batch_size), batch)[metric] - base)
+                cells[(l, h)] = to_json(iv)
+            grid.append(row)
         table = pd.DataFrame(grid)
         table.index.name, table.columns.name = "layer", "head"
         tables[label], baselines[label] = table, base
@@ -236,6 +245,7 @@ def head_ablation_scan(
     else:
         df = next(iter(tables.values()))
         df.attrs["baseline"] = next(iter(baselines.values()))
+    df.attrs["interventions"] = cells
     df.attrs.update(experiment="per-head ablation scan", metric=metric, variant=variant,
                     value=f"{metric}(head ablated) - {metric}(baseline)", n_samples=n_samples,
                     seed=seed, convention="layer and head are 0-based")

@@ -25,7 +25,7 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
-from tfmatcomp.interventions import MaskSubstitution
+from tfmatcomp.interventions import MaskSubstitution, to_json
 from tfmatcomp.metrics import L_mask_prime
 from tfmatcomp.validation import renamed_argument
 
@@ -59,7 +59,8 @@ def copying_check(
         One row per (model, inputs, mask): ``model``, ``inputs`` (``"rank-r"`` or ``"random"``),
         ``mask`` (``"MASK"`` or the value), ``m``, ``L_mask_prime``, ``L_obs``, ``L_mask`` (against
         the true values), ``paper_4l8h_L_mask_prime``, ``paper_4l8h_L_obs`` (Table 1, filled for
-        models labelled ``"pre-shift"``).
+        models labelled ``"pre-shift"``), ``intervention`` (the JSON of what was run, None for
+        MASK left in place; :func:`tfmatcomp.interventions.from_dict` rebuilds it).
 
     Example:
         >>> import tfmatcomp as tm
@@ -92,6 +93,7 @@ def copying_check(
                     "L_obs": losses["L_obs"], "L_mask": losses["L_mask"],
                     "paper_4l8h_L_mask_prime": paper.get("L_mask_prime", float("nan")),
                     "paper_4l8h_L_obs": paper.get("L_obs", float("nan")),
+                    "intervention": to_json(iv),
                 })
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="copying check", n_samples=n_samples, seed=seed,

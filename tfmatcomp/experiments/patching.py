@@ -21,7 +21,7 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
-from tfmatcomp.interventions import ActivationPatch
+from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
 from tfmatcomp.metrics import masked_mse
 from tfmatcomp.validation import renamed_argument
 
@@ -51,7 +51,10 @@ def activation_patching(
     Returns:
         Rows per (model, patched, entries): ``patched`` (``"none"``, ``"all"`` or ``"layer l"``,
         0-based), ``entries`` (``"masked"`` / ``"observed"``), ``mse_to_X``, ``mse_to_neg_X``,
-        ``paper_4l8h_mse_to_X``, ``paper_4l8h_mse_to_neg_X`` (all layers, masked, post-shift).
+        ``paper_4l8h_mse_to_X``, ``paper_4l8h_mse_to_neg_X`` (all layers, masked, post-shift),
+        ``intervention``: the JSON of the patch, run on ``-X`` (None for ``"none"``); its source is
+        the seeded batch ``X`` (``SampledBatch(task, n_samples, seed)``), so the record is small.
+        Run chunk by chunk, each chunk is patched from the same rows of ``X``, which is the same.
     """
     batch_size = renamed_argument("activation_patching", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
@@ -63,6 +66,8 @@ def activation_patching(
         if per_layer:
             sites += [(f"layer {l}", [l]) for l in range(model.cfg.n_layers)]
         for patched, layers in sites:
+            record = None if patched == "none" else ActivationPatch(_source(task, x, n_samples, seed),
+                                                                     hooks=hook, layers=layers)
             if patched == "none":
                 iv = None
             else:
@@ -77,8 +82,19 @@ def activation_patching(
                              "mse_to_X": float(masked_mse(f_p, x.values, where)),
                              "mse_to_neg_X": float(masked_mse(f_p, neg.values, where)),
                              "paper_4l8h_mse_to_X": ref.get("mse_to_X", float("nan")),
-                             "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan"))})
+                             "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan")),
+                             "intervention": to_json(record)})
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="activation patching X -> -X", hook=hook, n_samples=n_samples,
-                    seed=seed, layers_convention="0-based")
+                    seed=seed, layers_convention="0-based",
+                    target="-X: the batch of the source, negated (same mask)")
     return df
+
+
+def _source(task, x, n_samples: int, seed: int):
+    """The patch's source as data: the seeded batch X, or its tokens when the task cannot be
+    written as a TaskConfig (another tokenizer)."""
+    try:
+        return SampledBatch(task, n_samples, seed)
+    except ValueError:
+        return x.tokens.cpu()

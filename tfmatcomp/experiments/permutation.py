@@ -19,7 +19,7 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
-from tfmatcomp.interventions import PositionalPermutation
+from tfmatcomp.interventions import PositionalPermutation, to_json
 from tfmatcomp.validation import check_positive_int, renamed_argument
 
 __all__ = ["positional_permutation"]
@@ -46,7 +46,8 @@ def positional_permutation(
     Returns:
         Rows per model: ``condition`` ``"baseline"``, then ``"permuted"`` per permutation, with
         ``permutation_seed``, ``L``, ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``,
-        ``paper_4l8h_L_mask`` (post-shift, permuted rows).
+        ``paper_4l8h_L_mask`` (post-shift, permuted rows), ``intervention`` (JSON of the
+        permutation, None for the baseline).
     """
     batch_size = renamed_argument("positional_permutation", "chunk_size", chunk_size, "batch_size", batch_size)
     check_positive_int("n_permutations", n_permutations)
@@ -56,14 +57,16 @@ def positional_permutation(
         batch = sample_batch(task, n_samples, seed, model.device)
         rows.append({"model": label, "condition": "baseline", "permutation_seed": None,
                      **loss_values(predict(model, batch, None, batch_size), batch),
-                     "paper_4l8h_L_obs": float("nan"), "paper_4l8h_L_mask": float("nan")})
+                     "paper_4l8h_L_obs": float("nan"), "paper_4l8h_L_mask": float("nan"),
+                     "intervention": None})
         ref = PAPER_PERMUTATION.get(label, {})
         for k in range(n_permutations):
             iv = PositionalPermutation(seed=seed + k, n_positions=task.n_positions)
             rows.append({"model": label, "condition": "permuted", "permutation_seed": seed + k,
                          **loss_values(predict(model, batch, iv, batch_size), batch),
                          "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                         "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
+                         "paper_4l8h_L_mask": ref.get("L_mask", float("nan")),
+                         "intervention": to_json(iv)})
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="positional permutation", n_samples=n_samples, seed=seed)
     return df

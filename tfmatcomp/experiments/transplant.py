@@ -16,13 +16,14 @@ Example:
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 import pandas as pd
 
 from tfmatcomp.datapath import ModelLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
-from tfmatcomp.interventions import WeightTransplant
+from tfmatcomp.interventions import WeightTransplant, to_json
 from tfmatcomp.validation import renamed_argument
 
 __all__ = ["weight_transplant"]
@@ -43,7 +44,9 @@ def weight_transplant(
     """Losses of each model with the other's ``params`` transplanted, both directions.
 
     Args:
-        pre, post: the two models (or checkpoint paths).
+        pre, post: the two models (or checkpoint paths: the ``intervention`` column then refers
+            to the donor by path and step; a model held only in memory is written with the
+            transplanted weights themselves).
         task: the matrix task (default: the checkpoints' own).
         labels: names of ``pre`` and ``post`` in the table; the papers' columns are filled only for
             the default ``("pre-shift", "post-shift")``.
@@ -55,7 +58,8 @@ def weight_transplant(
     Returns:
         Rows ``recipient``, ``donor`` and ``params`` (``"none"`` for the baselines), ``L``,
         ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask`` (the papers' Q/K/V
-        numbers; the baselines are their unablated losses).
+        numbers; the baselines are their unablated losses), ``intervention`` (JSON of the
+        transplant, None for the baselines).
     """
     batch_size = renamed_argument("weight_transplant", "chunk_size", chunk_size, "batch_size", batch_size)
     first, second = (str(x) for x in labels)
@@ -71,14 +75,18 @@ def weight_transplant(
         rows.append({"recipient": label, "donor": "none", "params": "none",
                      **loss_values(predict(named[label], batch, None, batch_size), batch),
                      "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
+                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan")), "intervention": None})
+    given = {first: pre, second: post}
     for recipient, donor in ((first, second), (second, first)):
-        iv = WeightTransplant(named[donor], params=params)
+        # a path is passed on, so that the record names the checkpoint instead of its weights
+        iv = WeightTransplant(given[donor] if isinstance(given[donor], (str, os.PathLike))
+                              else named[donor], params=params)
         ref = PAPER_TRANSPLANT.get((recipient, donor), {}) if (params == "qkv" and paper_labels) else {}
         rows.append({"recipient": recipient, "donor": donor, "params": what,
                      **loss_values(predict(named[recipient], batch, iv, batch_size), batch),
                      "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan"))})
+                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan")),
+                     "intervention": to_json(iv)})
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="weight transplant", n_samples=n_samples, seed=seed)
     return df

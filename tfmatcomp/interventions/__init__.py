@@ -4,7 +4,9 @@ Each intervention says where it acts (:meth:`~Intervention.acts_on`) and what it
 (:meth:`~Intervention.describe`); it can be turned into TransformerLens forward hooks
 (``model.run_with_hooks(tokens, fwd_hooks=iv.fwd_hooks(model))``) or applied as a context manager
 (``with iv.applied(model): ...``). ``a + b`` (or :func:`compose`) composes them; the order is
-documented in :mod:`tfmatcomp.interventions.base`. See docs/interventions.md.
+documented in :mod:`tfmatcomp.interventions.base`. Every intervention (and a composition) is also
+plain data: ``iv.to_dict()`` is JSON-ready and :func:`from_dict` rebuilds it
+(:mod:`tfmatcomp.interventions.serialize`). See docs/interventions.md.
 
 =================================  =========  ===============================================
 intervention                       stage      acts at
@@ -32,8 +34,9 @@ from tfmatcomp.interventions.ablation import (ActivationAblation, MeanAttentionA
                                               UniformAttentionAblation)
 from tfmatcomp.interventions.base import (STAGES, Composition, HookFn, Intervention, compose,
                                           order_hooks)
-from tfmatcomp.interventions.patching import ActivationPatch, negation_patch
+from tfmatcomp.interventions.patching import ActivationPatch, SampledBatch, negation_patch
 from tfmatcomp.interventions.permutation import PositionalPermutation
+from tfmatcomp.interventions.serialize import KINDS, from_dict, to_json
 from tfmatcomp.interventions.sites import paper_heads, paper_label, resolve_heads, resolve_hook_names
 from tfmatcomp.interventions.tokens import MaskSubstitution
 from tfmatcomp.interventions.transplant import TRANSPLANT_GROUPS, DonorMismatchError, WeightTransplant
@@ -45,5 +48,5 @@ __all__ = [
     "WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS",
     "PositionalPermutation", "ActivationPatch", "negation_patch", "MaskSubstitution",
     "parameter_override_hooks", "paper_heads", "paper_label", "resolve_heads",
-    "resolve_hook_names",
+    "resolve_hook_names", "SampledBatch", "KINDS", "from_dict", "to_json",
 ]

@@ -35,6 +35,8 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
+from tfmatcomp.interventions.serialize import (positions_from_data, positions_to_data,
+                                               tensor_from_data, tensor_to_data)
 from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, check_head_spec, check_hook_list,
                                            describe_site, paper_label, resolve_heads, resolve_hook_names, site_mask)
 from tfmatcomp.validation import check_choice, check_int_list
@@ -45,9 +47,13 @@ __all__ = ["UniformAttentionAblation", "MeanAttentionAblation", "ActivationAblat
 class _PatternAblation(Intervention):
     stage: ClassVar[str] = "hooks"
     _what = ""
+    _required = ("heads",)
 
     def __init__(self, heads: HeadSpec = "all"):
         self._heads: str | list[tuple[int, int]] = check_head_spec(heads)
+
+    def _to_data(self) -> dict[str, Any]:
+        return {"heads": self._heads if self._heads == "all" else [list(p) for p in self._heads]}
 
     @classmethod
     def from_paper_labels(cls, labels: str | Iterable[tuple[int, int | str]]):
@@ -114,6 +120,7 @@ class UniformAttentionAblation(_PatternAblation):
         "uniform attention ablation (pattern = 1/n_keys) of heads [(0, 1), (1, 0)] (0-based; papers' (1,2), (2,1)) at blocks.{l}.attn.hook_pattern"
     """
 
+    kind: ClassVar[str] = "uniform_attention_ablation"
     _what = "uniform attention ablation (pattern = 1/n_keys)"
 
     def _replace(self, pattern: Tensor, heads: list[int]) -> Tensor:
@@ -134,6 +141,7 @@ class MeanAttentionAblation(_PatternAblation):
         'all'
     """
 
+    kind: ClassVar[str] = "mean_attention_ablation"
     _what = "mean attention ablation (pattern = its batch mean)"
 
     def _replace(self, pattern: Tensor, heads: list[int]) -> Tensor:
@@ -169,6 +177,9 @@ class ActivationAblation(Intervention):
     """
 
     stage: ClassVar[str] = "hooks"
+    kind: ClassVar[str] = "activation_ablation"
+    _required = ("hooks",)
+    _optional = ("mode", "layers", "heads", "positions", "mean_value")
 
     def __init__(
         self,
@@ -188,6 +199,30 @@ class ActivationAblation(Intervention):
         self.heads = None if heads is None else check_int_list("heads", heads, lo=0)
         self.positions = positions
         self.mean_value = mean_value
+
+    def _to_data(self) -> dict[str, Any]:
+        mean = self.mean_value
+        if isinstance(mean, Mapping):
+            mean = {"by_hook": {str(k): tensor_to_data(v) for k, v in mean.items()}}
+        elif mean is not None:
+            mean = tensor_to_data(mean)
+        return {"hooks": list(self.hooks), "mode": self.mode, "layers": self.layers,
+                "heads": self.heads, "positions": positions_to_data(self.positions),
+                "mean_value": mean}
+
+    @classmethod
+    def _from_data(cls, fields: dict[str, Any], where: str) -> "ActivationAblation":
+        mean = fields.get("mean_value")
+        if isinstance(mean, Mapping) and "by_hook" in mean:
+            by_hook = mean["by_hook"]
+            if not isinstance(by_hook, Mapping):
+                raise ValueError(f"{where}.mean_value.by_hook: expected a dict hook name -> tensor")
+            fields["mean_value"] = {k: tensor_from_data(v, f"{where}.mean_value.by_hook[{k!r}]")
+                                    for k, v in by_hook.items()}
+        elif mean is not None:
+            fields["mean_value"] = tensor_from_data(mean, f"{where}.mean_value")
+        fields["positions"] = positions_from_data(fields.get("positions"), f"{where}.positions")
+        return cls(**fields)
 
     def describe(self) -> str:
         where = ", ".join(self.hooks)

@@ -66,6 +66,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Iterable, Mapping
 
 from jaxtyping import Int
@@ -73,6 +74,7 @@ from torch import Tensor
 
 from tfmatcomp._interrupts import Undoable
 from tfmatcomp.interventions.hook_fn import FwdHook, HookFn, order_hooks
+from tfmatcomp.interventions.serialize import from_dict, register_kind
 from tfmatcomp.interventions.weights import (assigned_parameters, checked_edits,
                                              parameter_override_hooks)
 
@@ -87,10 +89,76 @@ class Intervention:
 
     Subclasses set :attr:`stage` and implement :meth:`describe`, :meth:`acts_on` and, depending on
     the stage, :meth:`fwd_hooks` (tokens, hooks), :meth:`weight_edits` (weights) and
-    :meth:`transform_tokens` (tokens).
+    :meth:`transform_tokens` (tokens). To be written as data they set :attr:`kind` (which enters
+    them in :data:`~tfmatcomp.interventions.serialize.KINDS`), ``_required`` / ``_optional``
+    (their fields) and implement ``_to_data`` (and ``_from_data`` unless ``cls(**fields)`` does).
     """
 
     stage: ClassVar[str] = "hooks"
+    #: The tag of :meth:`to_dict` (``""``: this class is not written as data).
+    kind: ClassVar[str] = ""
+    _required: ClassVar[tuple[str, ...]] = ()
+    _optional: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get("kind"):
+            register_kind(cls)
+
+    # ------------------------------------------------------------------- as data
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data ``{"kind": ..., <parameters>}``; :meth:`from_dict` rebuilds it
+        (see :mod:`tfmatcomp.interventions.serialize`).
+
+        Example:
+            >>> from tfmatcomp.interventions import UniformAttentionAblation
+            >>> UniformAttentionAblation([(0, 1)]).to_dict()
+            {'kind': 'uniform_attention_ablation', 'heads': [[0, 1]]}
+        """
+        if not self.kind:
+            raise NotImplementedError(f"{type(self).__name__}: has no kind, so it cannot be written "
+                                      "as data (set kind and implement _to_data)")
+        return {"kind": self.kind, **self._to_data()}
+
+    def _to_data(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Intervention":
+        """The intervention that ``data`` (from :meth:`to_dict`, possibly through JSON) describes.
+
+        Called on a subclass, ``data`` must describe that class (or a subclass of it).
+
+        Example:
+            >>> from tfmatcomp.interventions import Intervention, MaskSubstitution
+            >>> Intervention.from_dict({"kind": "mask_substitution", "value": -0.24}) == MaskSubstitution(-0.24)
+            True
+        """
+        iv = from_dict(data)
+        if not isinstance(iv, cls):
+            raise ValueError(f"data: describes a {type(iv).__name__} (kind {iv.kind!r}), not a "
+                             f"{cls.__name__}")
+        return iv
+
+    @classmethod
+    def _from_data(cls, fields: dict[str, Any], where: str) -> "Intervention":
+        return cls(**fields)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        if other is self:
+            return True
+        try:
+            return self.to_dict() == other.to_dict()
+        except (NotImplementedError, ValueError):  # not writable as data: equal only to itself
+            return False
+
+    def __hash__(self) -> int:
+        try:
+            return hash(json.dumps(self.to_dict(), sort_keys=True))
+        except (NotImplementedError, ValueError):
+            return id(self)
 
     # ---------------------------------------------------------------- what / where
     def describe(self) -> str:
@@ -189,6 +257,8 @@ class Composition(Intervention):
     """
 
     stage: ClassVar[str] = "mixed"
+    kind: ClassVar[str] = "composition"
+    _required = ("parts",)
 
     def __init__(self, interventions: Iterable[Intervention]):
         self._parts = tuple(_flatten([interventions]))
@@ -199,6 +269,17 @@ class Composition(Intervention):
     @property
     def parts(self) -> tuple[Intervention, ...]:
         return self._parts
+
+    def _to_data(self) -> dict[str, Any]:
+        return {"parts": [p.to_dict() for p in self._parts]}
+
+    @classmethod
+    def _from_data(cls, fields: dict[str, Any], where: str) -> "Composition":
+        parts = fields["parts"]
+        if not isinstance(parts, list):
+            raise ValueError(f"{where}.parts: expected a list of interventions' dicts, got "
+                             f"{type(parts).__name__}")
+        return cls([from_dict(p, f"{where}.parts[{i}]") for i, p in enumerate(parts)])
 
     def _of(self, stage: str) -> list[Intervention]:
         return [p for p in self._parts if p.stage == stage]

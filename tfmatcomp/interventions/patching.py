@@ -9,9 +9,10 @@ defaults are the papers' text (``hook_z`` of every layer, all heads, all positio
 :func:`negation_patch` builds the whole recipe from one batch.
 
 The source is either recorded activations (an ``ActivationCache`` from ``model.run_with_cache`` or a
-``{hook name: tensor}`` dict) or inputs (a :class:`~tfmatcomp.MatrixBatch` or token ids) that are run
-once, without gradients, when the hooks are built. Source and target must have the same batch size
-and sequence length.
+``{hook name: tensor}`` dict) or inputs (a :class:`~tfmatcomp.MatrixBatch`, token ids, or a
+:class:`SampledBatch`: the seeded batch ``sample_batch(task, n_samples, seed)``, which ``to_dict``
+writes as those three numbers instead of the tokens) that are run once, without gradients, when the
+hooks are built. Source and target must have the same batch size and sequence length.
 
 Example:
     >>> import torch, tfmatcomp as tm
@@ -28,18 +29,87 @@ Example:
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, ClassVar, Iterable, Mapping
 
 import torch
+from jaxtyping import Int
 from torch import Tensor
 
-from tfmatcomp.data import MatrixBatch
+from tfmatcomp.config import TaskConfig
+from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
+from tfmatcomp.interventions.serialize import (check_fields, positions_from_data, positions_to_data,
+                                               tensor_from_data, tensor_to_data)
 from tfmatcomp.interventions.sites import (PositionSpec, check_hook_list, describe_site,
                                            resolve_hook_names, site_mask)
-from tfmatcomp.validation import check_int_list
+from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.validation import check_int_list, check_positive_int, check_seed
 
-__all__ = ["ActivationPatch", "negation_patch"]
+__all__ = ["ActivationPatch", "SampledBatch", "negation_patch"]
+
+
+@dataclass(frozen=True)
+class SampledBatch:
+    """A batch given by how it is drawn: ``tfmatcomp.datapath.sample_batch(task, n_samples, seed)``.
+
+    As a patch's source it is written as data by these three values, not by its tokens.
+
+    Args:
+        task: a :class:`~tfmatcomp.TaskConfig`, a :class:`~tfmatcomp.MatrixCompletionTask` (with
+            the papers' tokenizer) or a preset name; kept as a ``TaskConfig`` with ``n_cols``
+            written out, so equal tasks give equal records.
+        n_samples: how many matrices; seed: seeds the CPU generator.
+
+    Example:
+        >>> s = SampledBatch("tiny", 3, seed=0)
+        >>> s.tokens.shape, SampledBatch.from_dict(s.to_dict()) == s
+        (torch.Size([3, 16]), True)
+    """
+
+    task: TaskConfig
+    n_samples: int
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from tfmatcomp.datapath import resolve_task
+
+        task = self.task
+        if not isinstance(task, (TaskConfig, MatrixCompletionTask, str)):
+            raise ValueError(f"task: expected a TaskConfig, a MatrixCompletionTask or a preset "
+                             f"name, got {type(task).__name__}")
+        task = resolve_task(task)
+        if task.tokenizer != ValueTokenizer():
+            raise ValueError("task: a SampledBatch is written as a TaskConfig, which has the "
+                             "papers' tokenizer; this task has another one")
+        task = TaskConfig(n_rows=task.n_rows, n_cols=task.n_cols, rank=task.rank,  # explicit n_cols
+                          p_mask=task.p_mask, distribution=task.distribution)
+        object.__setattr__(self, "task", task)
+        object.__setattr__(self, "n_samples", check_positive_int("n_samples", self.n_samples))
+        check_seed("seed", self.seed)
+        object.__setattr__(self, "seed", int(self.seed))
+
+    def batch(self) -> MatrixBatch:
+        """The batch (drawn afresh on the CPU; the same every time)."""
+        from tfmatcomp.datapath import sample_batch
+
+        return sample_batch(self.task, self.n_samples, self.seed)
+
+    @property
+    def tokens(self) -> Int[Tensor, "batch pos"]:
+        """The batch's token ids."""
+        return self.batch().tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"task": task config dict, "n_samples": n, "seed": s}``."""
+        return {"task": self.task.to_dict(), "n_samples": self.n_samples, "seed": self.seed}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "sample") -> "SampledBatch":
+        """Inverse of :meth:`to_dict` (a ValueError names a missing or unknown field)."""
+        data = check_fields(data, where, ("task", "n_samples"), ("seed",))
+        return cls(TaskConfig.from_dict(data["task"]), data["n_samples"], data.get("seed", 0))
 
 
 class ActivationPatch(Intervention):
@@ -47,7 +117,8 @@ class ActivationPatch(Intervention):
 
     Args:
         source: an ``ActivationCache`` / ``{hook name: tensor}`` mapping holding every patched hook,
-            or a :class:`~tfmatcomp.MatrixBatch` / token ids ``[batch, pos]`` to run as the source.
+            or a :class:`~tfmatcomp.MatrixBatch` / token ids ``[batch, pos]`` / :class:`SampledBatch`
+            to run as the source.
         hooks: hook name(s), full or block-relative (default ``"attn.hook_z"``).
         layers: 0-based layers for block-relative names (default: all).
         heads: 0-based head indices (hooks with a head axis only; default: all).
@@ -64,6 +135,9 @@ class ActivationPatch(Intervention):
     """
 
     stage: ClassVar[str] = "hooks"
+    kind: ClassVar[str] = "activation_patch"
+    _required = ("source",)
+    _optional = ("hooks", "layers", "heads", "positions")
 
     def __init__(
         self,
@@ -75,17 +149,66 @@ class ActivationPatch(Intervention):
     ):
         if isinstance(source, MatrixBatch):
             source = source.tokens
-        if not (torch.is_tensor(source) or hasattr(source, "__getitem__")):
-            raise TypeError(f"source: expected an ActivationCache, a dict, a MatrixBatch or token ids, "
-                            f"got {type(source).__name__}")
+        if not (torch.is_tensor(source) or isinstance(source, SampledBatch)
+                or hasattr(source, "__getitem__")):
+            raise TypeError(f"source: expected an ActivationCache, a dict, a MatrixBatch, token ids "
+                            f"or a SampledBatch, got {type(source).__name__}")
         self.source = source
         self.hooks = check_hook_list(hooks)
         self.layers = None if layers is None else check_int_list("layers", layers, lo=0)
         self.heads = None if heads is None else check_int_list("heads", heads, lo=0)
         self.positions = positions
 
+    def _recorded_names(self) -> list[str]:
+        """The keys of recorded activations that this patch reads (full or block-relative match)."""
+        if not hasattr(self.source, "keys"):
+            raise ValueError(f"source: a {type(self.source).__name__} without keys() cannot be "
+                             "written as data; pass a dict or an ActivationCache")
+        rel = [re.compile(r"blocks\.(\d+)\." + re.escape(h) + "$") for h in self.hooks]
+
+        def wanted(name: str) -> bool:
+            if name in self.hooks:
+                return True
+            found = [m for m in (r.match(name) for r in rel) if m]
+            return any(self.layers is None or int(m.group(1)) in self.layers for m in found)
+
+        return [n for n in self.source.keys() if wanted(n)]
+
+    def _to_data(self) -> dict[str, Any]:
+        src = self.source
+        if isinstance(src, SampledBatch):
+            source: dict[str, Any] = {"sample": src.to_dict()}
+        elif torch.is_tensor(src):
+            source = {"tokens": tensor_to_data(src)}
+        else:
+            source = {"activations": {n: tensor_to_data(src[n]) for n in self._recorded_names()}}
+        return {"source": source, "hooks": list(self.hooks), "layers": self.layers,
+                "heads": self.heads, "positions": positions_to_data(self.positions)}
+
+    @classmethod
+    def _from_data(cls, fields: dict[str, Any], where: str) -> "ActivationPatch":
+        src = check_fields(fields["source"], f"{where}.source", (), ("sample", "tokens", "activations"))
+        if len(src) != 1:
+            raise ValueError(f"{where}.source: expected exactly one of 'sample', 'tokens', "
+                             f"'activations', got {sorted(src) or 'none'}")
+        (form, value), = src.items()
+        if form == "sample":
+            fields["source"] = SampledBatch.from_dict(value, f"{where}.source.sample")
+        elif form == "tokens":
+            fields["source"] = tensor_from_data(value, f"{where}.source.tokens")
+        else:
+            if not isinstance(value, Mapping):
+                raise ValueError(f"{where}.source.activations: expected a dict hook name -> tensor")
+            fields["source"] = {n: tensor_from_data(t, f"{where}.source.activations[{n!r}]")
+                                for n, t in value.items()}
+        fields["positions"] = positions_from_data(fields.get("positions"), f"{where}.positions")
+        return cls(**fields)
+
     def describe(self) -> str:
-        src = "a source run" if torch.is_tensor(self.source) else "recorded activations"
+        src = ("a source run" if torch.is_tensor(self.source) else
+               f"a source run on {self.source.n_samples} matrices sampled with seed "
+               f"{self.source.seed}" if isinstance(self.source, SampledBatch) else
+               "recorded activations")
         extra = describe_site(self.layers, self.heads, self.positions, all_layers=" all layers")
         return f"activation patch from {src} at {', '.join(self.hooks)}{extra} (0-based)"
 
@@ -95,9 +218,11 @@ class ActivationPatch(Intervention):
     def source_activations(self, model) -> dict[str, Tensor]:
         """``{hook name: source activation}`` for every patched hook (runs the source if needed)."""
         names = self.acts_on(model)
-        if torch.is_tensor(self.source):
+        if torch.is_tensor(self.source) or isinstance(self.source, SampledBatch):
             with torch.no_grad():
-                _, cache = model.run_with_cache(self.source.to(model.device),
+                _, cache = model.run_with_cache(self.source.tokens.to(model.device)
+                                                if isinstance(self.source, SampledBatch) else
+                                                self.source.to(model.device),
                                                 names_filter=lambda n: n in names)
             return {n: cache[n].detach() for n in names}
         out: dict[str, Tensor] = {}

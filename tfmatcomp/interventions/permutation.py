@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -52,6 +52,8 @@ class PositionalPermutation(Intervention):
     """
 
     stage: ClassVar[str] = "weights"
+    kind: ClassVar[str] = "positional_permutation"
+    _optional = ("perm", "seed", "n_positions")
 
     def __init__(self, perm: Sequence[int] | Tensor | None = None, *, seed: int | None = None,
                  n_positions: int | None = None):
@@ -70,6 +72,11 @@ class PositionalPermutation(Intervention):
             self._perm = None
         self.seed = seed
         self.n_positions = check_positive_int("n_positions", n_positions, allow_none=True)
+
+    def _to_data(self) -> dict[str, Any]:
+        if self._perm is not None:
+            return {"perm": self._perm.tolist()}
+        return {"seed": self.seed, "n_positions": self.n_positions}
 
     def permutation(self, model=None) -> Tensor:
         """The permutation ``perm`` (CPU long tensor); needs ``model`` only for a seeded one without

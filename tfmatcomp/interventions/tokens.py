@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import torch
@@ -33,6 +34,7 @@ from jaxtyping import Int
 from torch import Tensor
 
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
+from tfmatcomp.interventions.serialize import check_fields
 from tfmatcomp.tokenizer import ValueTokenizer
 
 __all__ = ["MaskSubstitution"]
@@ -53,6 +55,9 @@ class MaskSubstitution(Intervention):
     """
 
     stage: ClassVar[str] = "tokens"
+    kind: ClassVar[str] = "mask_substitution"
+    _required = ("value",)
+    _optional = ("tokenizer",)
 
     def __init__(self, value: float, tokenizer: ValueTokenizer | None = None):
         self.tokenizer = tokenizer or ValueTokenizer()
@@ -66,6 +71,20 @@ class MaskSubstitution(Intervention):
                              f"range), got {value!r}")
         self.value = value
         self.token_id = int(self.tokenizer.encode(torch.tensor(value)))  # validates the range
+
+    def _to_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"value": self.value}
+        if self.tokenizer != ValueTokenizer():
+            data["tokenizer"] = dataclasses.asdict(self.tokenizer)
+        return data
+
+    @classmethod
+    def _from_data(cls, fields: dict[str, Any], where: str) -> "MaskSubstitution":
+        if "tokenizer" in fields:
+            names = tuple(f.name for f in dataclasses.fields(ValueTokenizer))
+            fields["tokenizer"] = ValueTokenizer(**check_fields(fields["tokenizer"],
+                                                                f"{where}.tokenizer", (), names))
+        return cls(**fields)
 
     @property
     def mask_token_id(self) -> int:

@@ -29,12 +29,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Iterable, Mapping
+import os
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import torch
 from torch import Tensor
 
 from tfmatcomp.interventions.base import Intervention
+from tfmatcomp.interventions.serialize import check_fields, tensor_from_data, tensor_to_data
 from tfmatcomp.hook_names import check_layers
 from tfmatcomp.param_groups import GROUPS, group_predicate
 from tfmatcomp.validation import check_bool, check_int_list
@@ -54,7 +56,9 @@ class WeightTransplant(Intervention):
     """The recipient computes with the donor's parameters for the chosen group(s).
 
     Args:
-        donor: a :class:`~tfmatcomp.HookedEncoder` with the same config as the recipient.
+        donor: a :class:`~tfmatcomp.HookedEncoder` with the same config as the recipient, or the
+            path of a checkpoint (loaded on the CPU; ``to_dict`` then refers to it by path and
+            step instead of writing the donor's weights).
         params: a group name (:mod:`tfmatcomp.param_groups`), a parameter name, or a list of them. Default
             ``"qkv"``: query, key and value weights and biases of all layers (the papers').
         layers: 0-based layers whose block parameters are transplanted (default: all).
@@ -78,9 +82,19 @@ class WeightTransplant(Intervention):
     """
 
     stage: ClassVar[str] = "weights"
+    kind: ClassVar[str] = "weight_transplant"
+    _required = ("donor",)
+    _optional = ("params", "layers", "strict")
 
     def __init__(self, donor, params: str | Iterable[str] = "qkv", layers: Iterable[int] | None = None,
                  strict: bool = True):
+        #: ``{"checkpoint": path, "step": step}`` when the donor was given as a checkpoint path.
+        self.donor_checkpoint: dict[str, Any] | None = None
+        if isinstance(donor, (str, os.PathLike)):
+            from tfmatcomp.checkpoint import load_checkpoint_info
+
+            donor, info = load_checkpoint_info(donor)
+            self.donor_checkpoint = {"checkpoint": str(info.path), "step": info.step}
         if not hasattr(donor, "named_parameters") or not hasattr(donor, "cfg"):
             raise TypeError(f"donor: expected a HookedEncoder, got {type(donor).__name__}")
         self.donor = donor
@@ -94,7 +108,46 @@ class WeightTransplant(Intervention):
 
     def describe(self) -> str:
         layers = "all layers" if self.layers is None else f"layers {self.layers} (0-based)"
-        return f"weight transplant of {', '.join(self.params)} ({layers}) from the donor"
+        ref = self.donor_checkpoint
+        donor = "the donor" if ref is None else f"the donor {ref['checkpoint']} (step {ref['step']})"
+        return f"weight transplant of {', '.join(self.params)} ({layers}) from {donor}"
+
+    def _to_data(self) -> dict[str, Any]:
+        donor = self.donor_checkpoint or {  # no path known: the transplanted values themselves
+            "config": self.donor.cfg.to_dict(),
+            "parameters": {n: tensor_to_data(p) for n, p in self.donor.named_parameters()
+                           if n in set(self.parameter_names(self.donor))}}
+        return {"donor": dict(donor), "params": list(self.params), "layers": self.layers,
+                "strict": self.strict}
+
+    @classmethod
+    def _from_data(cls, fields: dict[str, Any], where: str) -> "WeightTransplant":
+        where = f"{where}.donor"
+        donor = check_fields(fields["donor"], where, (), ("checkpoint", "step", "config", "parameters"))
+        if "checkpoint" in donor:
+            check_fields(donor, where, ("checkpoint",), ("step",))
+            iv = cls(**{**fields, "donor": donor["checkpoint"]})
+            if donor.get("step") is not None and iv.donor_checkpoint["step"] != donor["step"]:
+                raise ValueError(f"{where}: checkpoint {donor['checkpoint']} is at step "
+                                 f"{iv.donor_checkpoint['step']}, the record says {donor['step']}")
+            return iv
+        from tfmatcomp.config import EncoderConfig
+        from tfmatcomp.model import HookedEncoder
+
+        check_fields(donor, where, ("config", "parameters"))
+        values = {n: tensor_from_data(t, f"{where}.parameters[{n!r}]")
+                  for n, t in dict(donor["parameters"]).items()}
+        model = HookedEncoder(EncoderConfig.from_dict(donor["config"]))
+        if values:
+            model = model.to(next(iter(values.values())).dtype)
+        own = dict(model.named_parameters())
+        with torch.no_grad():
+            for n, value in values.items():
+                if n not in own or own[n].shape != value.shape:
+                    raise ValueError(f"{where}.parameters: {n!r} is not a parameter of shape "
+                                     f"{tuple(value.shape)} of a model with this config")
+                own[n].copy_(value)
+        return cls(**{**fields, "donor": model})
 
     def parameter_names(self, model) -> list[str]:
         """The recipient parameters that are transplanted, in the model's order."""

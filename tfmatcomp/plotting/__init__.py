@@ -10,6 +10,7 @@ module                            figures
 :mod:`.probes`                    probe metrics per layer
 :mod:`.baselines`                 model vs nuclear norm, lambda table, OOD bars
 :mod:`.decomposition`             pos PCA, Gram heatmap, spectra / DCT, QK components
+:mod:`.geometry`                  Table 1 per layer, clusters, rotated W_QK, theorems measured
 ================================  ==========================================================
 
 Example:
@@ -22,6 +23,8 @@ from tfmatcomp.plotting.baselines import lambda_table_figure, model_vs_nuclear_n
 from tfmatcomp.plotting.decomposition import gram_figure, pos_pca_figure, qk_figure, spectrum_figure
 from tfmatcomp.plotting.dynamics import (component_training_figure, drop_steps_figure,
                                          loss_curve_figure, seed_curves_figure)
+from tfmatcomp.plotting.geometry import (label_similarity_figure, layer_measurements_figure,
+                                         rotated_wqk_figure, theorem1_figure, theorem2_figure)
 from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure, positional_norms_figure,
                                            positional_pca_figure, token_norms_figure,
                                            token_pca_figure)
@@ -38,4 +41,6 @@ __all__ = [
     "positional_norms_figure", "positional_pca_figure", "checkpoint_projection_figure",
     "probe_table_figure", "model_vs_nuclear_norm_figure", "lambda_table_figure", "ood_figure",
     "pos_pca_figure", "gram_figure", "spectrum_figure", "qk_figure",
+    "layer_measurements_figure", "label_similarity_figure", "rotated_wqk_figure", "theorem1_figure",
+    "theorem2_figure",
 ]

@@ -91,12 +91,13 @@ def build_report(
     return Report(path=out, sections=done)
 
 
-def _compute(ctx, keys: list[str], progress: bool) -> list[Section]:
-    """Run every section in ``keys``; a failed section records its traceback, the others go on."""
+def _compute(ctx, keys: list[str], progress: bool, table=SECTIONS) -> list[Section]:
+    """Run every section in ``keys`` of ``table`` (key -> (title, fn)); a failed section records
+    its traceback, the others go on."""
     done: list[Section] = []
     bar = tqdm(keys, desc="report", disable=not progress, dynamic_ncols=True)
     for key in bar:
-        title, fn = SECTIONS[key]
+        title, fn = table[key]
         bar.set_postfix_str(key)
         section = Section(key=key, title=title)
         start = time.perf_counter()

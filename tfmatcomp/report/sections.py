@@ -131,8 +131,9 @@ def _ablation(ctx: RunContext, s: Section) -> None:
 def _transplant(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.experiments import weight_transplant
 
-    s.items.append(weight_transplant(ctx.pre, ctx.post, ctx.task, n_samples=ctx.n_samples,
-                                     seed=ctx.seed))
+    # checkpoint paths, so that the table's intervention column names the donor by path and step
+    s.items.append(weight_transplant(ctx.checkpoints[ctx.pre_step], ctx.checkpoints[ctx.post_step],
+                                     ctx.task, n_samples=ctx.n_samples, seed=ctx.seed))
     t = paper.PAPER_TRANSPLANT
     s.text = ("Query, key and value weights and biases of every layer swapped between the pre- and "
               "post-shift checkpoints. Paper: pre-shift with post-shift Q/K/V keeps L_mask at "
@@ -189,6 +190,9 @@ def _head_scan(ctx: RunContext, s: Section) -> None:
         scan = head_ablation_scan(model, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
         s.items.append(head_scan_heatmap(scan, title=f"{label}: change in L_mask when one head is "
                                                      "ablated (layers x heads, 1-based labels)"))
+    # the cells' interventions (the same for both models), written out by the table renderer
+    s.items.append(pd.DataFrame([{"layer": l, "head": h, "intervention": text}
+                                 for (l, h), text in scan.attrs["interventions"].items()]))
     s.text = ("Every head ablated alone; the cell is the change in L_mask. Before the shift no head "
               "matters; after it a few heads carry the completion.")
 

@@ -1,0 +1,329 @@
+"""``tfmatcomp geometry MODEL_DIR TEXT -o geometry.html``: seed 003's whole picture of a local model.
+
+:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.geometry.models.load_geometry_model`),
+cuts the text into ``C`` contexts of ``T`` tokens labelled by document
+(:mod:`~tfmatcomp.geometry.corpus`), streams the decomposition of every layer with a progress bar
+(:func:`~tfmatcomp.decomposition.accumulate`; memory ``O(L (T + C) d + L d^2)``), takes a second pass
+on a few contexts for ``cvec`` / ``resid``, and writes one self-contained HTML page with the report's
+renderer. As the paper (Appendix A.3) the first token is dropped (``drop_first=1``): it acts as a
+null token that draws most attention and distorts the geometry.
+
+Example:
+    >>> from tfmatcomp.geometry.command import SECTIONS
+    >>> list(SECTIONS)
+    ['table1', 'pca', 'gram', 'clusters', 'qk', 'theory']
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+
+from tfmatcomp.decomposition import Decomposition
+from tfmatcomp.geometry import paper
+from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
+from tfmatcomp.geometry.corpus import Contexts, cut_contexts, read_documents
+from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
+from tfmatcomp.geometry.qk import rotated_wqk
+from tfmatcomp.geometry.similarity import incoherence
+from tfmatcomp.geometry.summary import summary_table
+from tfmatcomp.geometry.theory import kernel_factorization_error, positional_projection, theorem1_table
+from tfmatcomp.report.sections import Section
+from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
+
+__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "SECTIONS"]
+
+
+@dataclass
+class GeometryContext:
+    """Everything the sections read: the model, the contexts, and both passes' decompositions."""
+
+    model: GeometryModel
+    contexts: Contexts
+    stream: dict[str, Decomposition]
+    attention_inputs: dict[str, Decomposition]
+    residuals: dict[str, Decomposition]
+    second_labels: torch.Tensor
+    layer: int
+    head: int
+    model_dir: str
+    text: str
+    drop_first: int
+    summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+@dataclass
+class GeometryReport:
+    """What :func:`run_geometry` wrote: the page, its sections and the Table-1 summary."""
+
+    path: Path
+    sections: list[Section]
+    summary: pd.DataFrame
+    forward_seconds: float
+
+    @property
+    def failed(self) -> list[str]:
+        return [s.key for s in self.sections if s.error]
+
+
+def _layer_mean_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"model": label, "corpus": corpus}
+    for col in paper.TABLE1_COLUMNS:
+        v = table[col].dropna()
+        row[col] = f"{v.mean():.3g} ({v.std(ddof=0):.2g})" if len(v) else "n/a"
+    return row
+
+
+def _table1(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.geometry import layer_measurements_figure
+
+    table = g.summary
+    ours = _layer_mean_row(table, f"{g.model.family} (ours)", Path(g.text).name)
+    s.items += [pd.DataFrame([ours] + paper.paper_rows()), table,
+                layer_measurements_figure(table, {
+                    "BERT": {"rank_estimate": paper.PAPER_SCREENOT_RANKS["BERT"],
+                             "stable_rank": paper.PAPER_STABLE_RANKS["BERT"],
+                             **{c: [paper.PAPER_TABLE1[("BERT", "OpenWebText")][c][0]]
+                                for c in ("relative_norm", "incoherence_max", "intra_similarity")}},
+                    "GPT-2": {"rank_estimate": paper.PAPER_SCREENOT_RANKS["GPT-2"],
+                              "stable_rank": paper.PAPER_STABLE_RANKS["GPT-2"],
+                              **{c: [paper.PAPER_TABLE1[("GPT-2", "OpenWebText")][c][0]]
+                                 for c in ("relative_norm", "incoherence_max", "intra_similarity")}}})]
+    s.text = ("Table 1 of Song and Zhong per layer of the residual stream (layer 0 = embeddings): "
+              "ScreeNOT rank estimate and stable rank of the positional basis, its relative norm "
+              "||P||_op / ||M||_op, the mean |cos| between context means of different documents "
+              "(inter) and of the same document (intra), and the incoherence max |cos(pos_t, ctx_c)|. "
+              "The first table gives the mean (std) over layers beside the paper's BERT and GPT-2 "
+              "rows (6.4K contexts of 512 tokens from OpenWebText / WikiText); ours use "
+              f"{g.contexts.n_contexts} contexts of {g.contexts.n_positions} tokens from "
+              f"{len(g.contexts.names)} document(s), first {g.drop_first} token(s) dropped.")
+
+
+def _pca(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.decomposition import pos_pca_figure
+
+    stream = {k: g.residuals[k] for k in g.model.stream_keys}
+    s.items.append(pos_pca_figure(stream))
+    s.text = ("Fig. 1: each layer's positional basis pos_t (blue, darker = later) and random cvec "
+              "samples (red) on the top-2 principal directions of pos. The paper finds a smooth, "
+              "low-dimensional curve (spiral or U shape) in most layers, weaker in the last.")
+
+
+def _gram(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.decomposition import gram_figure, spectrum_figure
+
+    key = g.model.stream_keys[g.layer]
+    s.items += [gram_figure(g.stream[key], g.contexts.labels), spectrum_figure(g.residuals[key])]
+    s.text = (f"Figs. 2-3 at layer {g.layer} ({key}): the normalized Gram matrix of [pos; ctx] with "
+              "contexts sorted by document (smooth pos-pos block, near-zero pos-ctx blocks, "
+              "document blocks in ctx-ctx), the singular values of pos, cvec and resid (each per "
+              "row), and the 2-D DCT of the positional Gram matrix (energy in low frequencies "
+              "for a smooth basis; the paper notes BERT is the exception).")
+
+
+def _clusters(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.geometry import label_similarity_figure
+
+    keys = g.model.stream_keys
+    picks = sorted({0, g.layer, len(keys) - 1})
+    mats = {f"layer {i}": label_similarity_matrix(g.stream[keys[i]].ctx, g.contexts.labels)
+            for i in picks}
+    comp = compactness_table({k: g.residuals[k] for k in keys}, g.second_labels)
+    comp.insert(0, "layer", range(len(comp)))
+    s.items += [label_similarity_figure(mats, g.contexts.names), comp]
+    s.text = ("Section 3 and Appendix C: mean cosine between the context means of each pair of "
+              "documents (a bright diagonal = contexts cluster by document), and cluster compactness "
+              "Tr(Sigma_B Sigma_W^-1) of the second-pass token vectors labelled by document, with "
+              "the positional effect removed (cvec) and raw (h - mu). The paper: cvec is at least "
+              "slightly more compact than raw embeddings.")
+
+
+def _qk(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.decomposition import qk_figure
+    from tfmatcomp.plotting.geometry import rotated_wqk_figure
+
+    key = g.model.attention_input_keys[g.layer]
+    dec = g.attention_inputs[key]
+    qk = g.model.qk(g.contexts.tokens[:1], g.layer, dec)
+    W_Q, W_K, _, _ = g.model.qk_weights(g.layer)
+    rot = [rotated_wqk(W_Q[h], W_K[h], dec.pos) for h in range(g.model.n_heads)]
+    K = max(1, min(20, dec.pos.shape[0] // 2))
+    fractions = pd.DataFrame({"head": range(len(rot)), "diag_abs_mean": [
+        float(r.diagonal.abs().mean()) for r in rot], f"top_left_{K}_fraction": [
+        r.top_left_fraction(K) for r in rot]})
+    s.items += [qk_figure(qk, head=g.head), rotated_wqk_figure(rot, layer=g.layer), fractions]
+    s.text = (f"Fig. 4-5 at block {g.layer}, head {g.head} (0-based). {g.model.site} The four "
+              "components pos-pos, pos-cvec, cvec-pos, cvec-cvec (mu and the biases with pos) sum "
+              "to the scores exactly" + (" (causal mask applied)" if g.model.causal else "") +
+              ". Then W = W_Q W_K^T / sqrt(d_head) per head: its diagonal, and its off-diagonal part "
+              "rotated into the right singular vectors of P and denoised; mass in the top-left "
+              f"block (share of the first {K} directions in the table) means the head reads the "
+              "positional subspace (the paper: K about 20 for many GPT-2 heads).")
+
+
+def _theory(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.geometry import theorem1_figure, theorem2_figure
+
+    keys = g.model.stream_keys
+    picks = sorted({0, g.layer, len(keys) - 1})
+    tables = {f"layer {i}": theorem1_table(g.stream[keys[i]].pos) for i in picks}
+    rows = []
+    for l, key in enumerate(g.model.attention_input_keys):
+        res = g.residuals[key]
+        n_ctx = min(4, res.cvec.shape[0])
+        t = res.pos.expand(n_ctx, *res.pos.shape).reshape(-1, res.d_model)
+        c = res.cvec[:n_ctx].reshape(-1, res.d_model)
+        rank = g.summary["rank_estimate"].iloc[l]  # ScreeNOT rank of pos at h^(l)
+        K = max(1, min(int(rank) if rank == rank and rank > 0 else 20, *res.pos.shape))
+        proj = positional_projection(res.pos, K)
+        W_Q, W_K, _, _ = g.model.qk_weights(l)
+        errs = [kernel_factorization_error(t, c, (W_Q[h] @ W_K[h].T).double() / math.sqrt(W_Q.shape[-1]),
+                                           proj) for h in range(g.model.n_heads)]
+        rows.append({"layer": l, "K": K, "relative": sum(e["relative"] for e in errs) / len(errs),
+                     "error_mean": sum(e["error_mean"] for e in errs) / len(errs),
+                     "incoherence_max": incoherence(res.pos, g.attention_inputs[key].ctx).max})
+    t2 = pd.DataFrame(rows)
+    t1 = pd.concat([df.assign(layer=name) for name, df in tables.items()], ignore_index=True)
+    s.items += [theorem1_figure(tables), t1, theorem2_figure(t2), t2]
+    s.text = ("Theorem 1: the positional Gram matrix G = P P^T is close to its projection on the "
+              "first k DCT frequencies, within 6/(8k)^m times its m-th finite difference (smoothness). "
+              "The figure shows the measured error (1/T)||G - Pi G Pi||_op and the m = 1 bound per k. "
+              "Theorem 2: with W_QK split by the positional subspace (top-K right singular vectors "
+              "of P at each attention input), the kernel factorizes into pos / cvec parts up to an "
+              "error driven by incoherence; the table gives the mean error of the attention logit "
+              "relative to the logit, beside the incoherence, averaged over heads.")
+
+
+SECTIONS: dict[str, tuple[str, Callable[[GeometryContext, Section], None]]] = {
+    "table1": ("Table 1 per layer, beside the paper", _table1),
+    "pca": ("Positional basis and cvecs (Fig. 1)", _pca),
+    "gram": ("Gram matrix, spectra and DCT (Figs. 2-3)", _gram),
+    "clusters": ("Context clusters by document (Section 3)", _clusters),
+    "qk": ("QK decomposition and rotated W_QK (Figs. 4-5)", _qk),
+    "theory": ("The theorems measured (Sections 2.3, 4.3)", _theory),
+}
+
+
+def _second_pass_rows(n_contexts: int, n_second: int) -> torch.Tensor:
+    """Evenly spaced contexts (contexts are grouped by document, so every document is sampled)."""
+    n = min(n_second, n_contexts)
+    return torch.linspace(0, n_contexts - 1, n).round().long().unique()
+
+
+def run_geometry(
+    model_dir: str | os.PathLike,
+    text: str | os.PathLike,
+    out: str | os.PathLike = "geometry.html",
+    *,
+    n_contexts: int = 256,
+    n_positions: int = 128,
+    n_second: int = 32,
+    batch_size: int = 16,
+    layer: int | None = None,
+    head: int = 0,
+    drop_first: int = 1,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    sections: list[str] | None = None,
+    progress: bool = True,
+) -> GeometryReport:
+    """Seed 003's measurements of a local model on a text, as one HTML page.
+
+    Args:
+        model_dir: a local transformers directory (``bert`` or ``gpt2`` model type, with tokenizer).
+        text: a text file (documents separated by blank lines) or a directory (one document per file).
+        out: the HTML file to write.
+        n_contexts: ``C``, contexts of the first pass (fewer if the text is short).
+        n_positions: ``T``, tokens per context (at most the model's maximum).
+        n_second: contexts of the second pass (cvec / resid: PCA, spectra, compactness, Theorem 2).
+        batch_size: contexts per forward pass.
+        layer: the layer of the Gram, QK and rotated-W_QK sections (default: the middle one).
+        head: the head of the QK figure (0-based).
+        drop_first: leading positions dropped (1: the paper's first-token artifact).
+        seed: which windows are drawn.
+        device: where to run the model.
+        sections: keys of :data:`SECTIONS` (default all).
+        progress: show progress bars.
+
+    Example:
+        >>> run_geometry("no/such/dir", "x.txt", "/tmp/g.html")
+        Traceback (most recent call last):
+        ...
+        ValueError: model_dir: 'no/such/dir' has no config.json (a local transformers model directory is expected; nothing is downloaded)
+    """
+    for name, v in (("n_contexts", n_contexts), ("n_positions", n_positions),
+                    ("n_second", n_second), ("batch_size", batch_size)):
+        check_positive_int(name, v)
+    check_seed("seed", seed)
+    keys = list(SECTIONS) if sections is None else list(sections)
+    unknown = [k for k in keys if k not in SECTIONS]
+    if unknown:
+        raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")
+    gm, tokenizer = load_geometry_model(model_dir, device)
+    max_pos = getattr(getattr(gm.module, "cfg", None), "n_ctx", None) or getattr(
+        getattr(gm.module, "config", None), "n_positions", None)
+    if max_pos is not None and n_positions > max_pos:
+        raise ValueError(f"n_positions: the model takes at most {max_pos} positions, got {n_positions}")
+    check_int_in_range("drop_first", drop_first, 0, n_positions - 3)
+    check_int_in_range("head", head, 0, gm.n_heads - 1)
+    layer = gm.n_layers // 2 if layer is None else check_int_in_range("layer", layer, 0, gm.n_layers - 1)
+    with writable_output("out", out) as out_path:
+        t0 = time.perf_counter()
+        prefix = [tokenizer.cls_token_id] if gm.family == "bert" and tokenizer.cls_token_id is not None else []
+        contexts = cut_contexts(read_documents(text),
+                                lambda s: tokenizer.encode(s, add_special_tokens=False),
+                                n_contexts=n_contexts, n_positions=n_positions, prefix_ids=prefix,
+                                seed=seed)
+        batches = contexts.batches(batch_size)
+        acc = gm.accumulate(batches, drop_first=drop_first, progress=progress, total=len(batches))
+        forward_seconds = time.perf_counter() - t0
+        rows = _second_pass_rows(contexts.n_contexts, n_second)
+        residuals: dict[str, Decomposition] = {}
+        for chunk in rows.split(batch_size):
+            part = gm.residuals(acc, contexts.tokens[chunk])
+            for k, dec in part.items():
+                residuals.setdefault(k, []).append(dec)  # type: ignore[arg-type]
+        residuals = {k: _cat(v) for k, v in residuals.items()}
+        results = acc.results()
+        stream = {k: results[k] for k in gm.stream_keys}
+        g = GeometryContext(model=gm, contexts=contexts, stream=stream,
+                            attention_inputs={k: results[k] for k in gm.attention_input_keys},
+                            residuals=residuals, second_labels=contexts.labels[rows], layer=layer,
+                            head=head, model_dir=str(model_dir), text=str(text),
+                            drop_first=drop_first,
+                            summary=summary_table(list(stream.values()), contexts.labels))
+        from tfmatcomp.report.build import _compute
+        from tfmatcomp.report.render import page
+
+        done = _compute(g, keys, progress, SECTIONS)
+        n_params = sum(p.numel() for p in gm.module.parameters())
+        header = (f"<p class='meta'>model <code>{model_dir}</code> ({gm.family}, {gm.n_layers} layers "
+                  f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text}</code>: "
+                  f"{contexts.n_contexts} contexts of {contexts.n_positions} tokens from "
+                  f"{len(contexts.names)} document(s), second pass on {len(rows)} contexts; first "
+                  f"{drop_first} token(s) dropped; built in {time.perf_counter() - t0:.0f} s. "
+                  "Layers and heads are 0-based.</p>")
+        out_path.write_text(page("tfmatcomp geometry", header, done), encoding="utf-8")
+    return GeometryReport(path=out_path, sections=done, summary=g.summary,
+                          forward_seconds=forward_seconds)
+
+
+def _cat(parts: list[Decomposition]) -> Decomposition:
+    """Second-pass decompositions of consecutive chunks, as one."""
+    from dataclasses import replace
+
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    cat = lambda name: torch.cat([getattr(p, name) for p in parts])  # noqa: E731
+    mask = None if first.mask is None else cat("mask")
+    counts = None if first.ctx_counts is None else cat("ctx_counts")
+    return replace(first, ctx=cat("ctx"), resid=cat("resid"), mask=mask, ctx_counts=counts,
+                   n_contexts=sum(p.ctx.shape[0] for p in parts))
