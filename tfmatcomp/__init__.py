@@ -10,10 +10,12 @@ Example:
     ['L', 'L_mask', 'L_obs', 'mean_abs_pred_mask']
 """
 
-from tfmatcomp.config import PRESETS, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
+from tfmatcomp.config import (PRESETS, DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig,
+                              get_preset)
 from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.metrics import L_mask_prime, losses, masked_mse
 from tfmatcomp.model import HookedEncoder, UnknownHookError
+from tfmatcomp.decoder import HookedDecoder
 from tfmatcomp.tokenizer import MASK_TOKEN_ID, ValueTokenizer
 from tfmatcomp.checkpoint import (CheckpointError, ConfigMismatchError, list_checkpoints,
                                   load_checkpoint, save_checkpoint)
@@ -26,7 +28,8 @@ __version__ = "0.1.0"
 __all__ = [
     "EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
     "MatrixBatch", "MatrixCompletionTask", "ValueTokenizer", "MASK_TOKEN_ID",
-    "HookedEncoder", "UnknownHookError", "losses", "masked_mse", "L_mask_prime",
+    "HookedEncoder", "HookedDecoder", "DecoderConfig", "UnknownHookError", "losses", "masked_mse",
+    "L_mask_prime",
     "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
     "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "train_many",
     "MultiSeedTrainer", "MultiSeedResult", "load_pretrained",

@@ -3,8 +3,10 @@
 A checkpoint is a directory::
 
     step_0004000/
-        model.safetensors     # HookedEncoder weights
-        config.json           # format, model / task / train configs, step, SHA-256 of every file
+        model.safetensors     # HookedEncoder or HookedDecoder weights
+        config.json           # format, model kind, model / task / train configs, step, SHA-256 of
+                              # every file (no "kind": an encoder, as checkpoints written before
+                              # the decoder existed)
         state.safetensors     # (optional) optimizer moments and RNG states, for resuming
         state.json            # (optional) the rest of the training state (step, optimizer groups)
 
@@ -36,7 +38,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
+from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig
+from tfmatcomp.decoder import HookedDecoder
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.validation import check_device
 
@@ -49,6 +52,11 @@ __all__ = [
 FORMAT = "tfmatcomp-checkpoint"
 FORMAT_VERSION = 1
 _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".zip"}
+#: ``config.json``'s "kind" -> (config class, model class); a config without "kind" is an encoder's.
+_KINDS: dict[str, tuple[type, type]] = {"encoder": (EncoderConfig, HookedEncoder),
+                                        "decoder": (DecoderConfig, HookedDecoder)}
+Model = HookedEncoder | HookedDecoder
+ModelConfig = EncoderConfig | DecoderConfig
 
 
 class CheckpointError(ValueError):
@@ -64,7 +72,7 @@ class CheckpointInfo:
     """What a checkpoint's ``config.json`` says besides the weights."""
 
     path: Path
-    model_cfg: EncoderConfig
+    model_cfg: ModelConfig
     task_cfg: TaskConfig | None = None
     train_cfg: TrainConfig | None = None
     step: int | None = None
@@ -145,7 +153,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def save_checkpoint(
-    model: HookedEncoder,
+    model: Model,
     path: str | os.PathLike,
     *,
     task_cfg: TaskConfig | None = None,
@@ -160,7 +168,7 @@ def save_checkpoint(
     crash never leaves a half-written checkpoint under ``path``.
 
     Args:
-        model: the model to save.
+        model: the model to save (a HookedEncoder or a HookedDecoder; its kind is recorded).
         path: target directory (replaced if it exists).
         task_cfg, train_cfg, step, metadata: recorded in ``config.json``.
         training_state: ``(tensors, json_state)`` from the trainer, for resuming.
@@ -183,6 +191,7 @@ def save_checkpoint(
         config = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
+            "kind": _kind_of(model),
             "model": model.cfg.to_dict(),
             "task": task_cfg.to_dict() if task_cfg is not None else None,
             "train": train_cfg.to_dict() if train_cfg is not None else None,
@@ -270,16 +279,26 @@ def _tensor_specs(file: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         raise CheckpointError(f"path: {file} is not a readable safetensors file ({e})") from None
 
 
-def _parameter_count(cfg: EncoderConfig) -> int:
-    """Parameters of ``HookedEncoder(cfg)``, from the sizes alone (nothing is allocated)."""
+def _kind_of(model: Any) -> str:
+    for kind, (_, cls) in _KINDS.items():
+        if isinstance(model, cls):
+            return kind
+    raise TypeError(f"model: expected a HookedEncoder or a HookedDecoder, got "
+                    f"{type(model).__name__}")
+
+
+def _parameter_count(cfg: ModelConfig) -> int:
+    """Parameters of the model ``cfg`` describes, from the sizes alone (nothing is allocated)."""
     d, h, dh, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
-    embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * d + 2 * d
     attn = 3 * (h * d * dh + h * dh) + h * dh * d + d
     block = attn + 2 * d + (d * m + m + m * d + d) + 2 * d
+    if isinstance(cfg, DecoderConfig):  # no embedding LN; final LN and unembedding W_U, b_U
+        return (cfg.d_vocab + cfg.n_ctx) * d + cfg.n_layers * block + 2 * d + (d + 1) * cfg.d_vocab
+    embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * d + 2 * d
     return embed + cfg.n_layers * block + d * cfg.d_out + cfg.d_out
 
 
-def _check_weights_fit(path: Path, cfg: EncoderConfig) -> torch.dtype:
+def _check_weights_fit(path: Path, cfg: ModelConfig) -> torch.dtype:
     """Compare the weights file's header with ``cfg`` before any tensor is allocated; returns the
     weights' dtype. The parameter count is checked first (a config of absurd size is refused at
     once), then every name and shape against a model built on the ``meta`` device (no memory)."""
@@ -296,7 +315,8 @@ def _check_weights_fit(path: Path, cfg: EncoderConfig) -> torch.dtype:
         raise CheckpointError(f"path: {file} holds dtypes {sorted(dtypes)}; expected one of "
                               f"{sorted(_SAFETENSORS_DTYPES)} for every tensor")
     with torch.device("meta"):
-        expected = {k: tuple(v.shape) for k, v in HookedEncoder(cfg).state_dict().items()}
+        model_cls = HookedDecoder if isinstance(cfg, DecoderConfig) else HookedEncoder
+        expected = {k: tuple(v.shape) for k, v in model_cls(cfg).state_dict().items()}
     found = {k: shape for k, (shape, _) in specs.items()}
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
@@ -319,8 +339,8 @@ def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
 def load_checkpoint_info(
     path: str | os.PathLike,
     device: torch.device | str | None = None,
-    config: EncoderConfig | None = None,
-) -> tuple[HookedEncoder, CheckpointInfo]:
+    config: ModelConfig | None = None,
+) -> tuple[Model, CheckpointInfo]:
     """Load a checkpoint's model and what its config says (step, task, training config).
 
     Args:
@@ -328,6 +348,9 @@ def load_checkpoint_info(
             checkpoint is used).
         device: where to put the model (default: CPU).
         config: if given, the checkpoint's model config must equal it.
+
+    The model's class follows the config's ``kind`` (``"encoder"``, the default for checkpoints
+    that have none, or ``"decoder"``).
 
     Raises:
         CheckpointError: missing / corrupted / pickled files, or weights that do not fit the config.
@@ -337,8 +360,13 @@ def load_checkpoint_info(
         device = check_device("device", device)
     path = _resolve(path)
     raw = _read_config(path)
+    kind = raw.get("kind", "encoder")
+    if kind not in _KINDS:
+        raise CheckpointError(f"path: {path / 'config.json'} has kind {kind!r}; expected one of "
+                              f"{sorted(_KINDS)}")
+    cfg_cls, model_cls = _KINDS[kind]
     try:
-        model_cfg = EncoderConfig.from_dict(raw["model"])
+        model_cfg = cfg_cls.from_dict(raw["model"])
         task_cfg = TaskConfig.from_dict(raw["task"]) if raw.get("task") else None
         train_cfg = TrainConfig.from_dict(raw["train"]) if raw.get("train") else None
     except (KeyError, TypeError, ValueError) as e:
@@ -348,13 +376,13 @@ def load_checkpoint_info(
         raise CheckpointError(f"path: {path / 'config.json'} has step {step!r}; expected an "
                               "integer >= 0 or null")
     if config is not None and config != model_cfg:
-        diff = {k: (v, getattr(model_cfg, k)) for k, v in config.to_dict().items()
-                if getattr(model_cfg, k) != v}
+        diff = {k: (v, getattr(model_cfg, k, None)) for k, v in config.to_dict().items()
+                if getattr(model_cfg, k, None) != v}
         raise ConfigMismatchError(f"config: checkpoint {path} has a different model config; "
                                   f"(expected, found) per field: {diff}")
     dtype = _check_weights_fit(path, model_cfg)  # before anything is allocated
     tensors = _load_tensors(path / "model.safetensors")
-    model = HookedEncoder(model_cfg).to(dtype)
+    model = model_cls(model_cfg).to(dtype)
     model.load_state_dict(tensors, strict=True)
     if device is not None:
         model = model.to(device)
@@ -366,9 +394,9 @@ def load_checkpoint_info(
 def load_checkpoint(
     path: str | os.PathLike,
     device: torch.device | str | None = None,
-    config: EncoderConfig | None = None,
-) -> HookedEncoder:
-    """Load a checkpoint as a ready :class:`HookedEncoder` (in eval mode).
+    config: ModelConfig | None = None,
+) -> Model:
+    """Load a checkpoint as a ready :class:`HookedEncoder` or :class:`HookedDecoder` (in eval mode).
 
     See :func:`load_checkpoint_info` for the arguments and errors.
     """

@@ -34,7 +34,7 @@ from tfmatcomp.validation import (
     is_int,
 )
 
-__all__ = ["EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
+__all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
 
 
 @dataclass(frozen=True)
@@ -71,21 +71,12 @@ class EncoderConfig:
     act_fn: str = "gelu"
 
     def __post_init__(self) -> None:
-        for name in ("n_layers", "n_heads", "d_model", "d_mlp", "n_ctx", "d_vocab", "d_out"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_int("d_head", self.d_head, allow_none=True)
-        if self.d_head is None:
-            if self.d_model % self.n_heads:
-                raise ValueError(f"d_model: {self.d_model} is not divisible by n_heads "
-                                 f"{self.n_heads}; pass d_head explicitly")
-            object.__setattr__(self, "d_head", self.d_model // self.n_heads)
+        check_positive_int("d_out", self.d_out)
+        _check_shape(self)
         if not is_int(self.n_token_types) or self.n_token_types < 0:
             raise ValueError(f"n_token_types: must be an integer >= 0, got {self.n_token_types!r}")
         check_bool("learned_mask_embedding", self.learned_mask_embedding)
         check_int_in_range("mask_token_id", self.mask_token_id, 0, self.d_vocab - 1)
-        check_positive_float("layer_norm_eps", self.layer_norm_eps)
-        check_positive_float("init_range", self.init_range)
-        check_choice("act_fn", self.act_fn, ("gelu", "gelu_new", "relu"))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -102,22 +93,101 @@ class EncoderConfig:
 
 
 @dataclass(frozen=True)
+class DecoderConfig:
+    """Shape and numerics of a pre-LN GPT-2-style decoder (:class:`tfmatcomp.HookedDecoder`).
+
+    Attributes:
+        n_layers, n_heads, d_model, d_mlp: the usual sizes; ``d_head = d_model // n_heads``
+            unless given.
+        n_ctx: number of learned absolute positions (the longest sequence).
+        d_vocab: vocabulary size; the unembedding maps ``d_model`` to ``d_vocab`` logits.
+        layer_norm_eps, init_range, act_fn: as GPT-2 (1e-5, 0.02, ``gelu_new``, the tanh GELU).
+
+    Example:
+        >>> from tfmatcomp import DecoderConfig
+        >>> cfg = DecoderConfig(n_layers=2, n_heads=2, d_model=64, d_mlp=256, n_ctx=99)
+        >>> cfg.d_head, cfg.act_fn
+        (32, 'gelu_new')
+    """
+
+    n_layers: int = 2
+    n_heads: int = 2
+    d_model: int = 768
+    d_mlp: int = 3072
+    n_ctx: int = 99
+    d_vocab: int = 2003
+    d_head: int | None = None
+    layer_norm_eps: float = 1e-5
+    init_range: float = 0.02
+    act_fn: str = "gelu_new"
+
+    def __post_init__(self) -> None:
+        _check_shape(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "DecoderConfig":
+        """Build from a dict, refusing unknown keys."""
+        return _from_dict(cls, data, "config")
+
+
+def _check_shape(cfg: "EncoderConfig | DecoderConfig") -> None:
+    """The checks both model configs share: sizes, ``d_head`` (filled in when None), numerics."""
+    for name in ("n_layers", "n_heads", "d_model", "d_mlp", "n_ctx", "d_vocab"):
+        check_positive_int(name, getattr(cfg, name))
+    check_positive_int("d_head", cfg.d_head, allow_none=True)
+    if cfg.d_head is None:
+        if cfg.d_model % cfg.n_heads:
+            raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads "
+                             f"{cfg.n_heads}; pass d_head explicitly")
+        object.__setattr__(cfg, "d_head", cfg.d_model // cfg.n_heads)
+    check_positive_float("layer_norm_eps", cfg.layer_norm_eps)
+    check_positive_float("init_range", cfg.init_range)
+    check_choice("act_fn", cfg.act_fn, ("gelu", "gelu_new", "relu"))
+
+
+@dataclass(frozen=True)
 class TaskConfig:
-    """Parameters of :class:`tfmatcomp.MatrixCompletionTask` (serializable)."""
+    """Parameters of :class:`tfmatcomp.MatrixCompletionTask` (serializable).
+
+    Attributes:
+        mixture: sizes ``n`` of a uniform mixture of ``n x n`` matrices
+            (:class:`~tfmatcomp.data.MatrixMixtureTask`, one size per batch); empty: one size,
+            ``n_rows x n_cols``. With a mixture, ``n_rows`` is its largest size and ``n_cols``
+            is None.
+
+    Example:
+        >>> cfg = TaskConfig(mixture=(5, 7, 9), rank=1)
+        >>> cfg.n_rows, cfg.n_positions, type(cfg.build()).__name__
+        (9, 81, 'MatrixMixtureTask')
+    """
 
     n_rows: int = 7
     n_cols: int | None = None
     rank: int | None = 2
     p_mask: float = 0.3
     distribution: str = "uniform"
+    mixture: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        self.build()  # MatrixCompletionTask checks every field, naming it and its allowed values
+        if self.mixture:
+            mixture = tuple(check_int_list("mixture", self.mixture, lo=1))
+            if self.n_cols is not None:
+                raise ValueError("n_cols: a mixture holds square sizes; leave n_cols None")
+            object.__setattr__(self, "mixture", mixture)
+            object.__setattr__(self, "n_rows", max(self.mixture))
+        self.build()  # the task checks every field, naming it and its allowed values
 
     def build(self):
-        """The :class:`~tfmatcomp.data.MatrixCompletionTask` this config describes."""
-        from tfmatcomp.data import MatrixCompletionTask
+        """The :class:`~tfmatcomp.data.MatrixCompletionTask` (or, with ``mixture``, the
+        :class:`~tfmatcomp.data.MatrixMixtureTask`) this config describes."""
+        from tfmatcomp.data import MatrixCompletionTask, MatrixMixtureTask
 
+        if self.mixture:
+            return MatrixMixtureTask(sizes=self.mixture, rank=self.rank, p_mask=self.p_mask,
+                                     distribution=self.distribution)
         return MatrixCompletionTask(n_rows=self.n_rows, n_cols=self.n_cols, rank=self.rank,
                                     p_mask=self.p_mask, distribution=self.distribution)
 
@@ -126,7 +196,12 @@ class TaskConfig:
         return self.n_rows * (self.n_cols or self.n_rows)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if self.mixture:
+            d["mixture"] = list(self.mixture)
+        else:
+            del d["mixture"]  # single-size configs serialize as before mixtures existed
+        return d
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "TaskConfig":

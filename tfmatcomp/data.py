@@ -29,7 +29,7 @@ from torch import Tensor
 from tfmatcomp.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_device
 
-__all__ = ["MatrixBatch", "MatrixCompletionTask", "Distribution"]
+__all__ = ["MatrixBatch", "MatrixCompletionTask", "MatrixMixtureTask", "Distribution"]
 
 Distribution = Literal["uniform", "gaussian", "laplace"]
 _DISTRIBUTIONS = ("uniform", "gaussian", "laplace")
@@ -229,6 +229,85 @@ class MatrixCompletionTask:
             _check_observed_shape(observed, batch_size, self.n_positions)
             observed = observed.expand(batch_size, -1)
         return MatrixBatch.from_values(x, observed, self.n_rows, self.n_cols, self.tokenizer)
+
+
+@dataclass(frozen=True)
+class MatrixMixtureTask:
+    """A uniform mixture of square sizes (seed 002, Appendix I): each batch draws one size ``n``
+    uniformly from ``sizes`` and holds ``n x n`` matrices of it (no padding: a batch of ``n x n``
+    matrices is ``n * n`` positions long, row-major, so a model needs ``max(sizes) ** 2``
+    positions). Rank, mask probability and entry law are shared by every size.
+
+    Args:
+        sizes: the sizes ``n`` to mix, distinct, each ``>= rank``.
+        rank, p_mask, distribution, tokenizer: as :class:`MatrixCompletionTask`.
+
+    Example:
+        >>> import torch
+        >>> task = MatrixMixtureTask(sizes=(5, 7, 9), rank=1)
+        >>> task.n_positions, task.tasks[5].n_positions
+        (81, 25)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> sorted({task.sample(2, generator=g).n_rows for _ in range(20)})
+        [5, 7, 9]
+    """
+
+    sizes: tuple[int, ...] = (5, 7, 9)
+    rank: int | None = 1
+    p_mask: float = 0.3
+    distribution: Distribution = "uniform"
+    tokenizer: ValueTokenizer = field(default_factory=ValueTokenizer, repr=False)
+
+    def __post_init__(self) -> None:
+        sizes = tuple(self.sizes) if isinstance(self.sizes, (list, tuple)) else None
+        if not sizes or len(set(sizes)) != len(sizes):
+            raise ValueError(f"sizes: expected a non-empty sequence of distinct sizes, got "
+                             f"{self.sizes!r}")
+        object.__setattr__(self, "sizes", sizes)
+        tasks = {n: MatrixCompletionTask(n_rows=n, rank=self.rank, p_mask=self.p_mask,
+                                         distribution=self.distribution, tokenizer=self.tokenizer)
+                 for n in sizes}  # checks every size and the shared fields
+        object.__setattr__(self, "_tasks", tasks)
+
+    @property
+    def tasks(self) -> dict[int, MatrixCompletionTask]:
+        """``{n: the n x n task}`` for every size of the mixture."""
+        return dict(self._tasks)
+
+    @property
+    def n_rows(self) -> int:
+        """The largest size (the one that needs the most positions)."""
+        return max(self.sizes)
+
+    @property
+    def n_cols(self) -> int:
+        return self.n_rows
+
+    @property
+    def n_positions(self) -> int:
+        """Positions the largest size needs (``max(sizes) ** 2``)."""
+        return self.n_rows * self.n_cols
+
+    def sample_size(self, generator: torch.Generator | None = None) -> int:
+        """One size drawn uniformly from ``sizes`` (one draw from ``generator``)."""
+        i = torch.randint(len(self.sizes), (1,), generator=generator,
+                          device=_device_of(generator, None))
+        return self.sizes[int(i)]
+
+    def sample(
+        self,
+        batch_size: int,
+        generator: torch.Generator | None = None,
+        device: torch.device | str | None = None,
+        observed: Bool[Tensor, "*batch pos"] | None = None,
+    ) -> MatrixBatch:
+        """A batch of one size drawn uniformly, then :meth:`MatrixCompletionTask.sample` of it.
+
+        ``observed`` needs the drawn size's length, so for fixed masks sample from
+        ``tasks[n]`` directly.
+        """
+        return self._tasks[self.sample_size(generator)].sample(batch_size, generator, device,
+                                                               observed)
 
 
 def _check_observed_shape(observed: Tensor, batch_size: int, n_positions: int) -> None:

@@ -44,7 +44,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tfmatcomp.config import TaskConfig, get_preset
-from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.data import MatrixBatch, MatrixCompletionTask, MatrixMixtureTask
 from tfmatcomp.metrics import losses
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.validation import check_positive_int, renamed_argument
@@ -52,12 +52,12 @@ from tfmatcomp.validation import check_positive_int, renamed_argument
 __all__ = [
     "ModelLike", "ModelsLike", "TaskLike", "Inputs", "InterventionLike", "Chunk",
     "load_model", "load_model_info", "load_checkpoints", "resolve_models", "resolve_task",
-    "sample_batch", "iter_chunks", "run_chunked", "predict", "loss_values",
+    "sample_batch", "iter_chunks", "run_chunked", "predict", "loss_values", "per_size_losses",
 ]
 
 ModelLike = Union[HookedEncoder, str, os.PathLike]
 ModelsLike = Union[ModelLike, Mapping[str, ModelLike]]
-TaskLike = Union[MatrixCompletionTask, TaskConfig, str, None]
+TaskLike = Union[MatrixCompletionTask, MatrixMixtureTask, TaskConfig, str, None]
 Inputs = Union[MatrixBatch, Int[Tensor, "batch pos"]]
 #: None, an Intervention (anything with ``.applied(model)``), or a function of the chunk returning one.
 InterventionLike = Any
@@ -144,7 +144,7 @@ def resolve_task(task: TaskLike, found: Sequence[TaskConfig | None] | None = Non
         >>> resolve_task("tiny").n_rows
         4
     """
-    if isinstance(task, MatrixCompletionTask):
+    if isinstance(task, (MatrixCompletionTask, MatrixMixtureTask)):
         return task
     if isinstance(task, TaskConfig):
         return task.build()
@@ -396,3 +396,47 @@ def loss_values(predictions: Tensor, batch: MatrixBatch) -> dict[str, float]:
     """
     out = losses(predictions, batch.to(predictions.device))
     return {k: float(out[k].detach()) for k in ("L", "L_obs", "L_mask")}
+
+
+def per_size_losses(
+    model: HookedEncoder,
+    task: TaskLike,
+    sizes: Sequence[int] | None = None,
+    n_samples: int = 256,
+    seed: int = 0,
+    batch_size: int = 256,
+) -> dict[int, dict[str, float]]:
+    """``{n: {"L", "L_obs", "L_mask"}}`` on a test set of ``n x n`` matrices per size (seed 002,
+    Appendix I: a mixture's per-size test MSE, and sizes it was not trained on).
+
+    Args:
+        model: the model (its ``n_ctx`` must cover ``n * n`` for every size).
+        task: the task whose rank, mask probability and entry law every size shares (a mixture,
+            a single-size task, a task config or a preset name).
+        sizes: the sizes to test (default: the mixture's sizes, or the task's ``n_rows``). Sizes
+            outside the training mixture are the out-of-distribution test.
+        n_samples, seed: each size's test set: ``n_samples`` matrices from ``seed``.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32,
+        ...                                           n_ctx=81))
+        >>> task = tm.TaskConfig(mixture=(5, 7), rank=1)
+        >>> sorted(per_size_losses(model, task, sizes=(5, 7, 9), n_samples=4))
+        [5, 7, 9]
+    """
+    task = resolve_task(task)
+    if sizes is None:
+        sizes = task.sizes if isinstance(task, MatrixMixtureTask) else (task.n_rows,)
+    sizes = [int(n) for n in sizes]
+    too_big = [n for n in sizes if n * n > model.cfg.n_ctx]
+    if too_big:
+        raise ValueError(f"sizes: {too_big} need more than the model's n_ctx {model.cfg.n_ctx} "
+                         f"positions; allowed sizes are n with n * n <= {model.cfg.n_ctx}")
+    out = {}
+    for n in sizes:
+        sized = MatrixCompletionTask(n_rows=n, rank=task.rank, p_mask=task.p_mask,
+                                     distribution=task.distribution, tokenizer=task.tokenizer)
+        batch = sample_batch(sized, n_samples, seed=seed, device=model.device)
+        out[n] = loss_values(predict(model, batch, batch_size=batch_size), batch)
+    return out

@@ -20,21 +20,18 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import difflib
 import math
-from typing import Any, Callable, Iterator, Literal
+from typing import Any, Literal
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens import FactoredMatrix, HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from tfmatcomp._interrupts import Undoable
-from tfmatcomp.cache import EncoderActivationCache
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
+from tfmatcomp.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
+from tfmatcomp.hooked_base import HookedBase, UnknownHookError
 from tfmatcomp.validation import check_choice, check_seed
 
 __all__ = ["HookedEncoder", "UnknownHookError"]
@@ -42,42 +39,7 @@ __all__ = ["HookedEncoder", "UnknownHookError"]
 RETURN_TYPES = ("predictions", "hidden", None)
 
 
-class UnknownHookError(ValueError):
-    """A hook name that the model does not have."""
-
-
-class _HookContext(Undoable):
-    """``HookedEncoder.hooks``: hooks added at a new context level, removed on exit (idempotent)."""
-
-    def __init__(self, model, fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts):
-        self.model, self.fwd, self.bwd = model, list(fwd_hooks), list(bwd_hooks)
-        self.reset_hooks_end, self.clear_contexts = reset_hooks_end, clear_contexts
-        self.level: int | None = None
-
-    def _apply(self) -> "HookedEncoder":
-        model = self.model
-        for name, _ in self.fwd + self.bwd:
-            model._check_hook_name(name)
-        self.level = model.context_level + 1
-        model.context_level = self.level
-        for direction, pairs in (("fwd", self.fwd), ("bwd", self.bwd)):
-            for name, hook in pairs:
-                model._enable_hook(name=name, hook=hook, dir=direction)
-        return model
-
-    def _undo(self) -> None:
-        if self.level is None:
-            return
-        if self.reset_hooks_end:
-            self.model.reset_hooks(self.clear_contexts, including_permanent=False, level=self.level)
-        for _, fn in self.fwd + self.bwd:
-            if callable(getattr(fn, "release", None)):
-                fn.release()
-        self.model.context_level = self.level - 1
-        self.level = None
-
-
-class HookedEncoder(HookedRootModule):
+class HookedEncoder(HookedBase):
     """BERT encoder for matrix completion, with hooks at every activation.
 
     Args:
@@ -102,6 +64,9 @@ class HookedEncoder(HookedRootModule):
     ``hook_normalized_resid_post`` (``ln2``). The table with every hook's shape and meaning is
     docs/concepts/model.md.
     """
+
+    #: ``run_with_cache``'s cache: TransformerLens's, with its pre-LN helpers refusing to run.
+    _cache_class = EncoderActivationCache
 
     def __init__(self, cfg: EncoderConfig, seed: int = 0):
         super().__init__()
@@ -139,20 +104,6 @@ class HookedEncoder(HookedRootModule):
             p.copy_(torch.rand(p.shape, generator=generator) * 2 * bound - bound)
 
     # --------------------------------------------------------------- forward
-    def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
-        """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
-        if not torch.is_tensor(tokens) or tokens.ndim != 2:
-            shape = tuple(tokens.shape) if torch.is_tensor(tokens) else type(tokens).__name__
-            raise ValueError(f"{name}: expected an integer tensor [batch, pos], got {shape}")
-        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise ValueError(f"{name}: token ids must be integers, got dtype {tokens.dtype}")
-        if tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(f"{name}: sequence length {tokens.shape[1]} exceeds n_ctx "
-                             f"{self.cfg.n_ctx}; allowed lengths are 1..{self.cfg.n_ctx}")
-        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= self.cfg.d_vocab):
-            raise ValueError(f"{name}: token ids must lie in [0, {self.cfg.d_vocab - 1}]; got min "
-                             f"{tokens.min().item()}, max {tokens.max().item()}")
-
     def _check_token_types(self, token_type_ids: Any, tokens: Tensor) -> None:
         n_types = max(self.cfg.n_token_types, 1)  # no token types: only all-zero ids (HF's default)
         if not torch.is_tensor(token_type_ids) or token_type_ids.shape != tokens.shape:
@@ -208,154 +159,9 @@ class HookedEncoder(HookedRootModule):
         predictions = self.hook_readout(self.readout(x))
         return predictions if return_type == "predictions" else None
 
-    # ------------------------------------------------------ hook name checks
-    def _check_hook_name(self, name: Any) -> None:
-        if isinstance(name, str) and name not in self.hook_dict:
-            close = difflib.get_close_matches(name, list(self.hook_dict), n=3)
-            hint = f"; did you mean {close}?" if close else "; see model.hook_dict for all names"
-            raise UnknownHookError(f"hook name: {name!r} is not a hook of this model{hint}")
-
-    def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False) -> None:
-        self._check_hook_name(name)
-        super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level,
-                         prepend=prepend)
-
-    def hooks(self, fwd_hooks=[], bwd_hooks=[], reset_hooks_end=True, clear_contexts=False):
-        """TransformerLens's ``hooks`` context, after checking the hook names, and safe against
-        interrupts: an exception or a KeyboardInterrupt at any point of entering, of the body or of
-        leaving removes every hook it added (see ``tfmatcomp._interrupts``). On exit it also
-        calls ``fn.release()`` of every hook function that has one (weight edits in hook form put
-        the original parameters back that way)."""
-        return _HookContext(self, fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts)
-
-    def run_with_cache(self, *model_args: Any, return_cache_object: bool = True,
-                       remove_batch_dim: bool = False, **kwargs: Any):
-        """Run the model and cache activations, as TransformerLens's ``run_with_cache``.
-
-        Returns ``(output, cache)`` with ``cache`` an
-        :class:`~tfmatcomp.cache.EncoderActivationCache` (a ``transformer_lens.ActivationCache``
-        whose pre-LN helpers raise instead of returning wrong numbers; a plain dict when
-        ``return_cache_object=False``). Accepts ``names_filter``, ``device``, ``remove_batch_dim``
-        and the forward's keyword arguments.
-        """
-        out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
-        if return_cache_object:
-            cache = EncoderActivationCache(cache, self, has_batch_dim=not remove_batch_dim)
-        return out, cache
-
-    @contextlib.contextmanager
-    def unfused(self) -> Iterator["HookedEncoder"]:
-        """Inside this context every attention and LayerNorm takes its explicit, hookable path.
-
-        Outside it, a component with no active hook uses a fused kernel (SDPA, ``F.layer_norm``):
-        the same function, but rounded differently (~1e-7). Use this context when comparing runs
-        bit for bit, e.g. a run with a hook against one without.
-
-        Example:
-            >>> import torch, tfmatcomp as tm
-            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
-            >>> tokens = torch.ones(2, 16, dtype=torch.long)
-            >>> with model.unfused():
-            ...     same = torch.equal(model(tokens), model.run_with_cache(tokens)[0])
-            >>> same
-            True
-        """
-        modules = [m for m in self.modules() if hasattr(m, "fused")]
-        before = [m.fused for m in modules]
-        for m in modules:
-            m.fused = False
-        try:
-            yield self
-        finally:
-            for m, flag in zip(modules, before):
-                m.fused = flag
-
-    def active_hook_count(self) -> int:
-        """Number of hook functions currently registered on the model's hook points (0 when clean)."""
-        return sum(len(hp.fwd_hooks) + len(hp.bwd_hooks) for hp in self.hook_dict.values())
-
-    # ----------------------------------------------------- stacked weights
-    def _stack(self, get: Callable[[BertBlock], Tensor]) -> Tensor:
-        return torch.stack([get(block) for block in self.blocks])
-
-    @property
-    def W_E(self) -> Float[Tensor, "d_vocab d_model"]:
-        return self.embed.W_E
-
     @property
     def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
         return self.embed.W_pos
-
-    @property
-    def W_Q(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
-        return self._stack(lambda b: b.attn.W_Q)
-
-    @property
-    def W_K(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
-        return self._stack(lambda b: b.attn.W_K)
-
-    @property
-    def W_V(self) -> Float[Tensor, "n_layers n_heads d_model d_head"]:
-        return self._stack(lambda b: b.attn.W_V)
-
-    @property
-    def W_O(self) -> Float[Tensor, "n_layers n_heads d_head d_model"]:
-        return self._stack(lambda b: b.attn.W_O)
-
-    @property
-    def b_Q(self) -> Float[Tensor, "n_layers n_heads d_head"]:
-        return self._stack(lambda b: b.attn.b_Q)
-
-    @property
-    def b_K(self) -> Float[Tensor, "n_layers n_heads d_head"]:
-        return self._stack(lambda b: b.attn.b_K)
-
-    @property
-    def b_V(self) -> Float[Tensor, "n_layers n_heads d_head"]:
-        return self._stack(lambda b: b.attn.b_V)
-
-    @property
-    def b_O(self) -> Float[Tensor, "n_layers d_model"]:
-        return self._stack(lambda b: b.attn.b_O)
-
-    @property
-    def W_in(self) -> Float[Tensor, "n_layers d_model d_mlp"]:
-        return self._stack(lambda b: b.mlp.W_in)
-
-    @property
-    def W_out(self) -> Float[Tensor, "n_layers d_mlp d_model"]:
-        return self._stack(lambda b: b.mlp.W_out)
-
-    @property
-    def QK(self) -> FactoredMatrix:
-        """``W_Q @ W_K^T`` per head, ``[n_layers, n_heads, d_model, d_model]`` (TransformerLens's QK:
-        the bilinear form of the attention scores, before the ``1/sqrt(d_head)`` scale and biases).
-
-        Example:
-            >>> import tfmatcomp as tm
-            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
-            >>> model.QK.shape, model.all_head_labels[:2]
-            (torch.Size([2, 4, 64, 64]), ['L0H0', 'L0H1'])
-        """
-        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
-
-    @property
-    def OV(self) -> FactoredMatrix:
-        """``W_V @ W_O`` per head, ``[n_layers, n_heads, d_model, d_model]`` (TransformerLens's OV)."""
-        return FactoredMatrix(self.W_V, self.W_O)
-
-    @property
-    def all_head_labels(self) -> list[str]:
-        """``["L0H0", "L0H1", ...]``, layer-major, as TransformerLens labels heads."""
-        return [f"L{l}H{h}" for l in range(self.cfg.n_layers) for h in range(self.cfg.n_heads)]
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed.W_E.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.embed.W_E.dtype
 
     # --------------------------------------------------------- conversion
     @classmethod
@@ -376,3 +182,4 @@ class HookedEncoder(HookedRootModule):
         from tfmatcomp.hf_mapping import to_hf
 
         return to_hf(self)
+

@@ -1,4 +1,5 @@
-"""Multi-head bidirectional self-attention with every intermediate exposed as a HookPoint."""
+"""Multi-head self-attention (bidirectional, or causal for the decoder) with every intermediate
+exposed as a HookPoint."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from tfmatcomp.components.layer_norm import _hooked
-from tfmatcomp.config import EncoderConfig
+from tfmatcomp.config import DecoderConfig, EncoderConfig
 
 
 class Attention(nn.Module):
@@ -20,14 +21,16 @@ class Attention(nn.Module):
     Hooks (an edit at any of them changes everything downstream, pattern edits included):
         hook_q, hook_k, hook_v: ``[batch, pos, n_heads, d_head]``.
         hook_attn_scores: ``[batch, n_heads, query_pos, key_pos]``, pre-softmax, after scaling by
-            ``1/sqrt(d_head)`` and adding the (optional) padding mask.
+            ``1/sqrt(d_head)`` and adding the (optional) padding mask; with ``causal=True`` the
+            future keys (``key_pos > query_pos``) hold ``-inf`` (TransformerLens's convention).
         hook_pattern: ``[batch, n_heads, query_pos, key_pos]``, softmax probabilities.
         hook_z: ``[batch, pos, n_heads, d_head]``, ``pattern @ v`` per head, before ``W_O`` (the
             papers' "hidden state just after the attention head").
     """
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, cfg: EncoderConfig | DecoderConfig, causal: bool = False):
         super().__init__()
+        self.causal = causal
         h, d, e = cfg.n_heads, cfg.d_model, cfg.d_head
         self.cfg = cfg
         self.W_Q = nn.Parameter(torch.empty(h, d, e))
@@ -66,6 +69,8 @@ class Attention(nn.Module):
         k = self.hook_k(self._project(x, self.W_K, self.b_K))
         v = self.hook_v(self._project(x, self.W_V, self.b_V))
         scores = q.permute(0, 2, 1, 3) @ k.permute(0, 2, 3, 1) * self.scale
+        if self.causal:
+            scores = scores.masked_fill(self._future(x.shape[1], x.device), float("-inf"))
         if additive_mask is not None:
             scores = scores + additive_mask
         scores = self.hook_attn_scores(scores)
@@ -79,7 +84,16 @@ class Attention(nn.Module):
         module is active, so no intermediate needs to be materialized)."""
         q, k, v = (self._project(x, W, b).transpose(1, 2) for W, b in (
             (self.W_Q, self.b_Q), (self.W_K, self.b_K), (self.W_V, self.b_V)))
+        causal = self.causal and additive_mask is None  # SDPA takes a mask or is_causal, not both
+        if self.causal and additive_mask is not None:
+            additive_mask = additive_mask.masked_fill(self._future(x.shape[1], x.device),
+                                                      float("-inf"))
         z = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=additive_mask,
-                                                             scale=self.scale)
+                                                             is_causal=causal, scale=self.scale)
         h, e, d = self.W_O.shape
         return z.transpose(1, 2).reshape(*x.shape[:2], h * e) @ self.W_O.reshape(h * e, d) + self.b_O
+
+    @staticmethod
+    def _future(n_pos: int, device: torch.device) -> Tensor:
+        """``[query_pos, key_pos]`` boolean, True where the key lies after the query."""
+        return torch.ones(n_pos, n_pos, dtype=torch.bool, device=device).triu(1)

@@ -8,7 +8,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from tfmatcomp.config import EncoderConfig
+from tfmatcomp.config import DecoderConfig, EncoderConfig
 
 _ACTS = {
     "gelu": F.gelu,
@@ -25,7 +25,7 @@ class MLP(nn.Module):
         hook_post: ``[batch, pos, d_mlp]`` after it.
     """
 
-    def __init__(self, cfg: EncoderConfig):
+    def __init__(self, cfg: EncoderConfig | DecoderConfig):
         super().__init__()
         self.W_in = nn.Parameter(torch.empty(cfg.d_model, cfg.d_mlp))
         self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
