@@ -209,8 +209,8 @@ def shard_range(n: int, rank: int, world_size: int) -> slice:
     """Rank ``rank``'s contiguous share of ``n`` items: sizes differ by at most one.
 
     Example:
-        >>> shard_range(8, 1, 2), shard_range(3, 2, 4)
-        (slice(4, 8, None), slice(3, 3, None))
+        >>> shard_range(8, 1, 2), shard_range(3, 0, 4)       # 3 items, 4 ranks: one gets none
+        (slice(4, 8, None), slice(0, 0, None))
     """
     return slice(rank * n // world_size, (rank + 1) * n // world_size)
 
