@@ -13,6 +13,7 @@ One torchrun job (this file run as a script on 2 ranks, started once per session
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -64,7 +65,9 @@ def _spy(out: Path) -> dict[str, int]:
 
 def _worker(out: Path) -> None:
     """One rank of the job (run under torchrun by the ``job`` fixture)."""
+    faulthandler.dump_traceback_later(300, exit=True)  # a hang fails the job, with tracebacks
     torch.set_num_threads(1)
+    assert distributed.init("cpu")  # one process group for the whole job
     rank = int(os.environ["RANK"])
     calls = _spy(out)
     # data-parallel training through the command line, as `torchrun -m tfmatcomp train` runs it
@@ -156,7 +159,7 @@ def test_sharded_decomposition_equals_one_process(job):
 # ------------------------------------------------------------ launching, and one process
 def test_nproc_launches_torchrun_without_itself(monkeypatch):
     seen = []
-    monkeypatch.setattr(distributed.subprocess, "call", lambda cmd, env=None: seen.append(cmd) or 0)
+    monkeypatch.setattr(distributed.group.subprocess, "call", lambda cmd, env=None: seen.append(cmd) or 0)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     argv = ["train", "--nproc", "2", "--out", "runs/x", "--steps", "3"]
     assert cli.main(argv) == 0

@@ -78,10 +78,12 @@ def _train(args: argparse.Namespace) -> int:
         raise ValueError(f"--nproc: must be at least 1, got {args.nproc}")
     if (args.nproc or 1) > 1 and not distributed.under_torchrun():
         return distributed.launch(args.nproc, ["-m", "tfmatcomp", *_without_nproc(args.argv)])
+    joined = distributed.world_size() > 1  # a caller's process group stays theirs to end
     try:
         return _train_here(args)
     finally:
-        distributed.shutdown()
+        if not joined:
+            distributed.shutdown()
 
 
 def _train_here(args: argparse.Namespace) -> int:

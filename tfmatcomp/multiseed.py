@@ -273,16 +273,20 @@ class MultiSeedTrainer:
         if self._lock is None:
             return
         try:
-            if not self._lock.held:
-                self._lock.acquire()
-                if not self._claimed:
-                    _claim_group(self.out_dir, self.seeds, resuming, self.overwrite)
-                    self._claimed = True
+            self._claim_group(resuming)
             for t in self.trainers:
                 t._claim(resuming)
         except BaseException:
             self.close()
             raise
+
+    def _claim_group(self, resuming: bool) -> None:
+        """Lock the group directory; the first time, check that this group may train there."""
+        if not self._lock.held:
+            self._lock.acquire()
+            if not self._claimed:
+                _check_group_dir(self.out_dir, self.seeds, resuming, self.overwrite)
+                self._claimed = True
 
     def _write_group_file(self) -> None:
         """Record the group's seeds in ``out_dir/seeds.json``."""
@@ -394,7 +398,7 @@ class MultiSeedTrainer:
                                step=self.step)
 
 
-def _claim_group(out_dir: Path, seeds: list[int], resuming: bool, overwrite: bool) -> None:
+def _check_group_dir(out_dir: Path, seeds: list[int], resuming: bool, overwrite: bool) -> None:
     """Check that the group of ``seeds`` may train in ``out_dir`` (whose lock the caller holds):
     a resume needs a group of the same seeds there, a fresh start an empty directory."""
     if not resuming:
