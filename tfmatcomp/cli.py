@@ -5,6 +5,7 @@ Example::
     tfmatcomp presets
     tfmatcomp train --preset tiny --out runs/tiny --steps 2000
     tfmatcomp train --preset tiny --out runs/tiny --steps 4000 --resume
+    tfmatcomp train --preset tiny --out runs/tiny-ddp --nproc 2        # data-parallel (torchrun)
 """
 
 from __future__ import annotations
@@ -50,11 +51,43 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                       help="delete the run in --out and train again from step 0 (without "
                       "--resume or --overwrite, a non-empty --out is refused)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--nproc", type=int, help="train on N processes of this machine (launches "
+                   "torchrun: data-parallel over one global batch, or with --seeds the seeds "
+                   "spread over the processes; one GPU each on CUDA, gloo on CPU)")
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--nproc N`` (what each process that ``--nproc`` starts runs)."""
+    out, skip = [], False
+    for a in argv:
+        if skip or a.startswith("--nproc="):
+            skip = False
+            continue
+        skip = a == "--nproc"
+        if not skip:
+            out.append(a)
+    return out
 
 
 @command("train", _train_args)
 def _train(args: argparse.Namespace) -> int:
-    from tfmatcomp.training import train
+    """Train a preset (under torchrun, or with --nproc N, on several processes)."""
+    from tfmatcomp import distributed
+
+    if args.nproc is not None and args.nproc < 1:
+        raise ValueError(f"--nproc: must be at least 1, got {args.nproc}")
+    if (args.nproc or 1) > 1 and not distributed.under_torchrun():
+        return distributed.launch(args.nproc, ["-m", "tfmatcomp", *_without_nproc(args.argv)])
+    joined = distributed.world_size() > 1  # a caller's process group stays theirs to end
+    try:
+        return _train_here(args)
+    finally:
+        if not joined:
+            distributed.shutdown()
+
+
+def _train_here(args: argparse.Namespace) -> int:
+    from tfmatcomp import distributed  # the single-process trainers when not under torchrun
 
     overrides = {k: v for k, v in {
         "n_steps": args.steps, "seed": args.seed, "lr": args.lr, "batch_size": args.batch_size,
@@ -63,20 +96,23 @@ def _train(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         if args.seed is not None:
             raise ValueError("--seed and --seeds: give one of them")
-        from tfmatcomp.multiseed import train_many
-
-        runs = train_many(args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,
-                          resume=args.resume, overwrite=args.overwrite,
-                          progress=not args.no_progress, **overrides)
+        runs = distributed.train_many(args.preset, seeds=args.seeds, out_dir=args.out,
+                                      device=args.device, resume=args.resume,
+                                      overwrite=args.overwrite, progress=not args.no_progress,
+                                      **overrides)
         for seed, result in runs:
             if len(result.metrics):
                 last = result.metrics.iloc[-1]
                 print(f"seed {seed}, step {result.step}: eval L_obs {last['eval_L_obs']:.3g}, "
                       f"eval L_mask {last['eval_L_mask']:.3g}")
-        print(f"runs written to {args.out}/seed-*")
+        if distributed.rank() == 0:
+            print(f"runs written to {args.out}/seed-*")
         return 0
-    result = train(args.preset, out_dir=args.out, device=args.device, resume=args.resume,
-                   overwrite=args.overwrite, progress=not args.no_progress, **overrides)
+    result = distributed.train(args.preset, out_dir=args.out, device=args.device,
+                               resume=args.resume, overwrite=args.overwrite,
+                               progress=not args.no_progress, **overrides)
+    if distributed.rank() != 0:
+        return 0
     last = result.metrics.iloc[-1] if len(result.metrics) else None
     if last is not None:
         print(f"step {result.step}: eval L_obs {last['eval_L_obs']:.3g}, "
@@ -240,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run a command. A user error (a bad value, an unusable path or device, a checkpoint that
     cannot be loaded) prints one line and returns 2; ``--debug`` shows the traceback instead."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if getattr(args, "device", None) is not None:
             from tfmatcomp.validation import check_device

@@ -273,35 +273,24 @@ class MultiSeedTrainer:
         if self._lock is None:
             return
         try:
-            if not self._lock.held:
-                self._lock.acquire()
-                if not self._claimed:
-                    if resuming:
-                        rundir.check_kind(self.out_dir, group=True)
-                        self._check_group_file()
-                    else:
-                        rundir.check_fresh(self.out_dir, self.overwrite)
-                    self._claimed = True
+            self._claim_group(resuming)
             for t in self.trainers:
                 t._claim(resuming)
         except BaseException:
             self.close()
             raise
 
-    def _check_group_file(self) -> None:
-        path = self.out_dir / GROUP_FILE
-        if not path.exists():
-            return
-        try:
-            theirs = [int(s) for s in json.loads(path.read_text())["seeds"]]
-        except (ValueError, KeyError, TypeError) as e:
-            raise rundir.RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
-                                     "to start this directory again") from None
-        if sorted(theirs) != self.seeds:
-            diff = sorted(set(theirs) ^ set(self.seeds))
-            raise ValueError(f"seeds: {diff} differ: {self.out_dir} holds the group of seeds "
-                             f"{sorted(theirs)}, this call asks for {self.seeds}; resume with the "
-                             "same seeds or choose another directory")
+    def _claim_group(self, resuming: bool) -> None:
+        """Lock the group directory; the first time, check that this group may train there."""
+        if not self._lock.held:
+            self._lock.acquire()
+            if not self._claimed:
+                _check_group_dir(self.out_dir, self.seeds, resuming, self.overwrite)
+                self._claimed = True
+
+    def _write_group_file(self) -> None:
+        """Record the group's seeds in ``out_dir/seeds.json``."""
+        _write_group_file(self.out_dir, self.seeds)
 
     def close(self) -> None:
         """Release the locks on the group directory and every seed's (done at the end of
@@ -324,12 +313,7 @@ class MultiSeedTrainer:
         if self.out_dir is None:
             raise ValueError("out_dir: resume needs a run directory")
         self._claim(resuming=True)
-        latest = {t.train_cfg.seed: latest_checkpoint(t.out_dir, with_state=True)
-                  for t in self.trainers}
-        missing = sorted(s for s, p in latest.items() if p is None)
-        if missing and len(missing) < len(self.seeds):
-            raise ValueError(f"seeds: {missing} have no resumable checkpoint under {self.out_dir}; "
-                             "resume them separately or start a new directory")
+        _check_resumable(self.out_dir, self.seeds)
         if not any([t.resume() for t in self.trainers]):
             return False
         steps = {t.step for t in self.trainers}
@@ -356,9 +340,7 @@ class MultiSeedTrainer:
         try:
             if self.out_dir is not None:
                 self._claim(resuming=False)
-                (self.out_dir / GROUP_FILE).write_text(json.dumps(
-                    {"seeds": self.seeds, "runs": [seed_dir(".", s).name for s in self.seeds]},
-                    indent=2))
+                self._write_group_file()
             logs = [t.open_log() for t in self.trainers]
         except BaseException:
             self.close()
@@ -414,6 +396,41 @@ class MultiSeedTrainer:
                    for s, t in zip(self.seeds, self.trainers)}
         return MultiSeedResult(seeds=self.seeds, results=results, out_dir=self.out_dir,
                                step=self.step)
+
+
+def _check_group_dir(out_dir: Path, seeds: list[int], resuming: bool, overwrite: bool) -> None:
+    """Check that the group of ``seeds`` may train in ``out_dir`` (whose lock the caller holds):
+    a resume needs a group of the same seeds there, a fresh start an empty directory."""
+    if not resuming:
+        rundir.check_fresh(out_dir, overwrite)
+        return
+    rundir.check_kind(out_dir, group=True)
+    path = out_dir / GROUP_FILE
+    if not path.exists():
+        return
+    try:
+        theirs = [int(s) for s in json.loads(path.read_text())["seeds"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise rundir.RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
+                                 "to start this directory again") from None
+    if sorted(theirs) != seeds:
+        diff = sorted(set(theirs) ^ set(seeds))
+        raise ValueError(f"seeds: {diff} differ: {out_dir} holds the group of seeds "
+                         f"{sorted(theirs)}, this call asks for {seeds}; resume with the "
+                         "same seeds or choose another directory")
+
+
+def _check_resumable(out_dir: Path, seeds: list[int]) -> None:
+    """Refuse a group in which some seeds have a resumable checkpoint and others none."""
+    missing = [s for s in seeds if latest_checkpoint(seed_dir(out_dir, s), with_state=True) is None]
+    if missing and len(missing) < len(seeds):
+        raise ValueError(f"seeds: {missing} have no resumable checkpoint under {out_dir}; "
+                         "resume them separately or start a new directory")
+
+
+def _write_group_file(out_dir: Path, seeds: list[int]) -> None:
+    (out_dir / GROUP_FILE).write_text(json.dumps(
+        {"seeds": seeds, "runs": [seed_dir(".", s).name for s in seeds]}, indent=2))
 
 
 def _resume_at(trainer: Trainer, step: int) -> None:

@@ -313,12 +313,16 @@ class Trainer:
         if self.out_dir is None:
             return None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "run.json").write_text(json.dumps(
-            {"model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
-             "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
-             "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-             "device": str(self.device)}, indent=2, sort_keys=True))
+        (self.out_dir / "run.json").write_text(json.dumps(self._run_info(), indent=2,
+                                                          sort_keys=True))
         return open(self.out_dir / METRICS_FILE, "a")
+
+    def _run_info(self) -> dict[str, Any]:
+        """What ``run.json`` records about this run."""
+        return {"model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
+                "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
+                "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+                "device": str(self.device)}
 
     def log(self, train: dict[str, Any], evaluation: dict[str, float], log_file=None) -> dict[str, Any]:
         """Append one metrics record for the current step (``train_*`` from the update's forward
@@ -359,8 +363,7 @@ class Trainer:
         """
         batch = self.task.sample(self.train_cfg.batch_size, generator=self.train_gen,
                                  device=self.device)
-        predictions = self.model(batch.tokens)
-        loss = masked_mse(predictions, batch.values)
+        predictions, loss = self._forward_loss(batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is "
                                      f"{loss.item()}; try a lower lr (now {self.train_cfg.lr})")
@@ -368,6 +371,17 @@ class Trainer:
         loss.backward()
         self.optimizer.step()
         return predictions, batch
+
+    def _forward_loss(self, batch: MatrixBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The update's forward pass and the loss it differentiates (the data-parallel trainer
+        of :mod:`tfmatcomp.distributed` runs its rank's share of the batch here)."""
+        predictions = self.model(batch.tokens)
+        return predictions, masked_mse(predictions, batch.values)
+
+    def _train_losses(self, predictions: torch.Tensor, batch: MatrixBatch) -> dict[str, torch.Tensor]:
+        """The ``train_*`` losses of an update from what :meth:`update` returned."""
+        with torch.no_grad():
+            return losses(predictions.detach(), batch)
 
     def run(self, n_steps: int | None = None) -> TrainResult:
         """Train until step ``n_steps`` (default: the config's), logging and checkpointing.
@@ -395,8 +409,7 @@ class Trainer:
                 self.step += 1
                 bar.update(1)
                 if self.step % cfg.log_every == 0 or self.step == n_steps:
-                    with torch.no_grad():
-                        train = losses(predictions.detach(), batch)
+                    train = self._train_losses(predictions, batch)
                     self.elapsed_s = time.perf_counter() - t0
                     record = self.log(train, self.evaluate(), log_file)
                     bar.set_postfix(L_obs=f"{record['train_L_obs']:.2e}",

@@ -83,6 +83,21 @@ class _LayerState:
             self.raw_gram += flat.T @ flat
         self.n_contexts += C
 
+    def combine(self, reduce_sum: Callable[[Tensor], Tensor],
+                gather_rows: Callable[[Tensor], Tensor]) -> None:
+        """Replace the sums by ``reduce_sum`` of them and the per-context rows by
+        ``gather_rows`` of them (see :meth:`DecompositionAccumulator.combine`)."""
+        self.pos_sum, self.pos_counts = reduce_sum(self.pos_sum), reduce_sum(self.pos_counts)
+        if self.raw_gram is not None:
+            self.raw_gram = reduce_sum(self.raw_gram)
+        if self.keep_ctx:
+            self.ctx_sum = gather_rows(self.ctx_sum[:self.n_contexts])
+            self.ctx_counts = gather_rows(self.ctx_counts[:self.n_contexts])
+            self.n_contexts = self.ctx_counts.shape[0]
+        else:
+            count = torch.tensor([self.n_contexts], dtype=self.dtype, device=self.device)
+            self.n_contexts = int(reduce_sum(count).item())
+
     def tensors(self) -> list[Tensor]:
         out = [self.pos_sum, self.pos_counts]
         if self.keep_ctx:
@@ -156,6 +171,11 @@ class DecompositionAccumulator:
         """The layer keys seen so far, in first-seen order."""
         return list(self._states)
 
+    @property
+    def feature_sizes(self) -> dict[str | int, int]:
+        """``{name: d}`` of the layers seen so far, in first-seen order."""
+        return {name: state.d for name, state in self._states.items()}
+
     def n_contexts(self, name: str | int | None = None) -> int:
         """Contexts accumulated for ``name`` (default: the first layer)."""
         return self._state(name).n_contexts
@@ -199,14 +219,56 @@ class DecompositionAccumulator:
             mask = mask[:, self.drop_first:]
         state = self._states.get(name)
         if state is None:
-            device = self.device or h.device
-            state = self._states[name] = _LayerState(h.shape[2], self.dtype, device,
-                                                     self.keep_ctx, self.second_moment)
+            state = self._add_layer(name, h.shape[2], h.device)
         elif h.shape[2] != state.d:
             raise ValueError(f"activations[{name!r}]: feature size {h.shape[2]} differs from "
                              f"earlier batches ({state.d})")
         with torch.no_grad():
             state.update(h, mask)
+
+    def _add_layer(self, name: str | int, d: int, device: torch.device) -> _LayerState:
+        state = _LayerState(d, self.dtype, self.device or device, self.keep_ctx,
+                            self.second_moment)
+        self._states[name] = state
+        return state
+
+    def combine(self, reduce_sum: Callable[[Tensor], Tensor],
+                gather_rows: Callable[[Tensor], Tensor],
+                layers: Mapping[str | int, int] | None = None) -> None:
+        """Merge these statistics with those of other accumulators holding other contexts.
+
+        Every statistic is either a sum over contexts (per-position sums and counts, the second
+        moment) or one row per context (the context sums and counts). ``reduce_sum(t)`` must
+        return the sum of every part's ``t`` (each zero-padded along its first axis to the
+        longest: parts may have seen different numbers of positions); ``gather_rows(t)`` every
+        part's rows, concatenated in the contexts' global order.
+        :func:`tfmatcomp.distributed.all_reduce_accumulator` supplies the two through
+        ``torch.distributed`` collectives, so that the result equals one accumulator fed all the
+        contexts.
+
+        Args:
+            reduce_sum, gather_rows: the two combining functions.
+            layers: ``{name: feature size}`` of every layer any part holds, in the order every
+                part combines them; layers this accumulator has not seen start empty. Default:
+                its own, in first-seen order.
+
+        Example:
+            >>> import torch
+            >>> h = torch.randn(6, 3, 2, generator=torch.Generator().manual_seed(0))
+            >>> acc = DecompositionAccumulator()
+            >>> acc.update(h)
+            >>> before = acc.result().ctx
+            >>> acc.combine(lambda t: t, lambda t: t)      # a single part: nothing changes
+            >>> bool(torch.equal(acc.result().ctx, before))
+            True
+        """
+        layers = dict(layers) if layers is not None else self.feature_sizes
+        for name, d in layers.items():
+            if name not in self._states:
+                self._add_layer(name, d, torch.device("cpu"))
+        for name in layers:
+            with torch.no_grad():
+                self._states[name].combine(reduce_sum, gather_rows)
 
     def hook(self, name: str, mask: Tensor | None = None) -> Callable:
         """A TransformerLens hook function feeding ``name``'s activation into the accumulator."""
