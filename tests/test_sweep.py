@@ -114,3 +114,15 @@ def test_cli_sweep_writes_table_and_figure(tmp_path, capsys):
     assert "table written to" in capsys.readouterr().out
     assert main(["sweep", "--out", str(out), "--grid", "d_model"]) == 2
     assert "--grid" in capsys.readouterr().err
+
+
+def test_two_grids_in_one_directory_read_back_apart(tmp_path):
+    few = {**FAST, "n_steps": 4}
+    tm.sweep({"p_mask": [0.2]}, out_dir=tmp_path, **few)
+    tm.sweep({"lr": [3e-3]}, out_dir=tmp_path, **few)
+    back = sweeps.read_sweep(tmp_path)
+    assert back.fields == ["p_mask", "lr"] and len(back.table) == 2
+    with pytest.raises(ValueError, match="seeds="):
+        tm.sweep({"lr": [3e-3]}, seed=3, **few)
+    with pytest.raises(ValueError, match="sweep.json"):
+        sweeps.read_sweep(tmp_path / "p_mask=0.2")

@@ -237,8 +237,10 @@ def _write_sweep_file(out_dir: Path, preset: str, seeds: list[int], configs: lis
     path = out_dir / SWEEP_FILE
     old = json.loads(path.read_text()) if path.exists() else {}
     runs = {**old.get("runs", {}), **{c.name: c.values for c in configs}}
-    path.write_text(json.dumps({"preset": preset, "seeds": seeds,
-                                "fields": list(configs[0].values), "runs": runs}, indent=2))
+    fields = list(dict.fromkeys([*old.get("fields", []), *configs[0].values]))  # every grid's
+    seeds = sorted(set(old.get("seeds", [])) | set(seeds))
+    path.write_text(json.dumps({"preset": preset, "seeds": seeds, "fields": fields, "runs": runs},
+                               indent=2))
 
 
 def sweep(
@@ -274,6 +276,8 @@ def sweep(
         A :class:`SweepResult`; ``result.table`` has one row per configuration and seed.
     """
     _check_resume_overwrite(resume, overwrite)
+    if "seed" in train_overrides:
+        raise ValueError("seed: give the seeds with seeds=..., not seed=")
     configs = expand_grid(grid, preset, model_cfg=model_cfg, task_cfg=task_cfg,
                           train_cfg=train_cfg, **train_overrides)
     seed_list = parse_seeds(seeds)
