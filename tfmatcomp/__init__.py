@@ -22,6 +22,7 @@ from tfmatcomp.checkpoint import (CheckpointError, ConfigMismatchError, list_che
 from tfmatcomp.training import Trainer, TrainResult, read_metrics, train
 from tfmatcomp.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
 from tfmatcomp.pretrained import load_pretrained
+from tfmatcomp.sweeps import SweepResult, sweep
 
 __version__ = "0.1.0"
 
@@ -32,7 +33,7 @@ __all__ = [
     "L_mask_prime",
     "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
     "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "train_many",
-    "MultiSeedTrainer", "MultiSeedResult", "load_pretrained",
+    "MultiSeedTrainer", "MultiSeedResult", "load_pretrained", "sweep", "SweepResult",
 ]
 
 # Analysis modules load on first use (``tfmatcomp.experiments`` ...), so ``import tfmatcomp`` stays

@@ -1,4 +1,4 @@
-"""Command line: ``tfmatcomp train``, ``presets``, ``report``, ``demo`` and ``geometry``.
+"""Command line: ``tfmatcomp train``, ``presets``, ``report``, ``demo``, ``geometry`` and ``sweep``.
 
 Example::
 
@@ -6,6 +6,8 @@ Example::
     tfmatcomp train --preset tiny --out runs/tiny --steps 2000
     tfmatcomp train --preset tiny --out runs/tiny --steps 4000 --resume
     tfmatcomp train --preset tiny --out runs/tiny-ddp --nproc 2        # data-parallel (torchrun)
+    tfmatcomp train --preset tiny --out runs/tiny-gauss --distribution gaussian
+    tfmatcomp sweep --out runs/width --grid d_model=32,64,128 --seeds 0-1
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from typing import Callable
 
 from tfmatcomp.config import PRESETS
+from tfmatcomp.data import _DISTRIBUTIONS
 
 _COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                            Callable[[argparse.Namespace], int]]] = {}
@@ -42,6 +45,8 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: none)")
     p.add_argument("--checkpoint-steps", type=lambda s: tuple(int(x) for x in s.split(",") if x),
                    help="comma-separated steps that always get a checkpoint")
+    p.add_argument("--distribution", choices=_DISTRIBUTIONS,
+                   help="law of the factors' entries (default: the preset's, uniform on [-1, 1])")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
@@ -69,6 +74,23 @@ def _without_nproc(argv: list[str]) -> list[str]:
     return out
 
 
+def _train_overrides(args: argparse.Namespace) -> dict:
+    """TrainConfig overrides given on the command line, and ``task_cfg`` for ``--distribution``."""
+    overrides = {k: v for k, v in {
+        "n_steps": args.steps, "seed": getattr(args, "seed", None), "lr": args.lr,
+        "batch_size": args.batch_size, "log_every": args.log_every,
+        "checkpoint_every": args.checkpoint_every,
+        "checkpoint_steps": getattr(args, "checkpoint_steps", None)}.items() if v is not None}
+    if args.distribution is not None:
+        import dataclasses
+
+        from tfmatcomp.config import get_preset
+
+        overrides["task_cfg"] = dataclasses.replace(get_preset(args.preset).task,
+                                                    distribution=args.distribution)
+    return overrides
+
+
 @command("train", _train_args)
 def _train(args: argparse.Namespace) -> int:
     """Train a preset (under torchrun, or with --nproc N, on several processes)."""
@@ -89,10 +111,7 @@ def _train(args: argparse.Namespace) -> int:
 def _train_here(args: argparse.Namespace) -> int:
     from tfmatcomp import distributed  # the single-process trainers when not under torchrun
 
-    overrides = {k: v for k, v in {
-        "n_steps": args.steps, "seed": args.seed, "lr": args.lr, "batch_size": args.batch_size,
-        "log_every": args.log_every, "checkpoint_every": args.checkpoint_every,
-        "checkpoint_steps": args.checkpoint_steps}.items() if v is not None}
+    overrides = _train_overrides(args)
     if args.seeds is not None:
         if args.seed is not None:
             raise ValueError("--seed and --seeds: give one of them")
@@ -257,6 +276,76 @@ def _geometry(args: argparse.Namespace) -> int:
                           sections=args.sections.split(",") if args.sections else None,
                           progress=not args.no_progress)
     return _written(report, "geometry report")
+
+
+# ------------------------------------------------------------------------ sweep
+def _grid_value(text: str):
+    """A grid value as typed: an int, a float, true / false / none, or else the text itself."""
+    low = text.strip().lower()
+    if low in ("true", "false", "none"):
+        return {"true": True, "false": False, "none": None}[low]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def _parse_grid(items: list[str] | None) -> dict[str, list]:
+    from tfmatcomp.sweeps import DEFAULT_GRID
+
+    if not items:
+        return {k: list(v) for k, v in DEFAULT_GRID.items()}
+    grid: dict[str, list] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise ValueError(f"--grid: expected FIELD=V1,V2,..., got {item!r}")
+        grid[name.strip()] = [_grid_value(v) for v in values.split(",") if v.strip()]
+    return grid
+
+
+def _sweep_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="sweep directory: OUT/<field=value,...>/seed-S per "
+                   "run, OUT/sweep.csv (one row per configuration and seed) and OUT/sweep.html")
+    p.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
+                   help="a swept field and its values, repeatable (the grid is their product): any "
+                   "EncoderConfig / TaskConfig / TrainConfig field, or width, depth, heads "
+                   "(default: d_model=32,64,128, a CPU grid around the tiny preset)")
+    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                   help="the base configuration (default: tiny)")
+    p.add_argument("--seeds", default="0", help="seeds of every configuration, trained together "
+                   "(default: 0)")
+    p.add_argument("--steps", type=int, help="optimizer steps per run (default: the preset's)")
+    p.add_argument("--lr", type=float, help="constant Adam learning rate")
+    p.add_argument("--batch-size", type=int, help="training batch size")
+    p.add_argument("--log-every", type=int, help="steps between metrics-log lines")
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: only the "
+                   "preset's fixed steps and the last)")
+    p.add_argument("--distribution", choices=_DISTRIBUTIONS, help="law of the factors' entries")
+    p.add_argument("--device", help="cpu, cuda, ... (default: CUDA when present)")
+    p.add_argument("--overwrite", action="store_true", help="train every configuration again from "
+                   "step 0 (by default finished runs are kept and unfinished ones resumed)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+@command("sweep", _sweep_args)
+def _sweep(args: argparse.Namespace) -> int:
+    """Train a grid of configurations and plot final L_mask and the drop step against it."""
+    from tfmatcomp.sweeps import sweep
+
+    grid = _parse_grid(args.grid)
+    result = sweep(grid, args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,
+                   resume=not args.overwrite, overwrite=args.overwrite,
+                   progress=not args.no_progress, **_train_overrides(args))
+    result.table.to_csv(result.out_dir / "sweep.csv", index=False)
+    result.figure().write_html(result.out_dir / "sweep.html", include_plotlyjs=True)
+    columns = [*result.fields, "seed", "steps", "final_L_mask", "drop_step"]
+    print(result.table[columns].to_string(index=False))
+    print(f"table written to {result.out_dir / 'sweep.csv'}, figure to "
+          f"{result.out_dir / 'sweep.html'}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

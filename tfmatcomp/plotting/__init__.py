@@ -11,6 +11,7 @@ module                            figures
 :mod:`.baselines`                 model vs nuclear norm, lambda table, OOD bars
 :mod:`.decomposition`             pos PCA, Gram heatmap, spectra / DCT, QK components
 :mod:`.geometry`                  Table 1 per layer, clusters, rotated W_QK, theorems measured
+:mod:`.sweeps`                    final L_mask and drop step against a swept value
 ================================  ==========================================================
 
 Example:
@@ -30,8 +31,10 @@ from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure, positio
                                            token_pca_figure)
 from tfmatcomp.plotting.experiments import head_scan_heatmap, loss_bars_figure, patching_figure
 from tfmatcomp.plotting.heads import (attention_grid_figure, head_score_evolution_figure,
-                                      head_scores_figure, head_types_figure)
+                                      head_scores_figure, head_types_figure,
+                                      structured_mask_pairs_figure)
 from tfmatcomp.plotting.probes import probe_table_figure
+from tfmatcomp.plotting.sweeps import sweep_figure
 
 __all__ = [
     "loss_curve_figure", "component_training_figure", "seed_curves_figure", "drop_steps_figure",
@@ -42,5 +45,5 @@ __all__ = [
     "probe_table_figure", "model_vs_nuclear_norm_figure", "lambda_table_figure", "ood_figure",
     "pos_pca_figure", "gram_figure", "spectrum_figure", "qk_figure",
     "layer_measurements_figure", "label_similarity_figure", "rotated_wqk_figure", "theorem1_figure",
-    "theorem2_figure",
+    "theorem2_figure", "sweep_figure", "structured_mask_pairs_figure",
 ]

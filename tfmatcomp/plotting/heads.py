@@ -20,11 +20,37 @@ import pandas as pd
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
+from torch import Tensor
 
 from tfmatcomp.heads import HEAD_TYPES, HeadAnalysis, paper_label
 
-__all__ = ["attention_grid_figure", "head_scores_figure", "head_types_figure",
-           "head_score_evolution_figure"]
+__all__ = ["attention_grid_figure", "structured_mask_pairs_figure", "head_scores_figure",
+           "head_types_figure", "head_score_evolution_figure"]
+
+
+def _add_pattern(fig: go.Figure, pattern: Tensor, zmax: float, row: int, col: int) -> None:
+    """One attention map (query down, key across) in the shared colour axis."""
+    fig.add_trace(go.Heatmap(z=pattern.numpy(), zmin=0.0, zmax=zmax, coloraxis="coloraxis",
+                             hovertemplate="query %{y}<br>key %{x}<br>p=%{z:.3f}<extra></extra>"),
+                  row=row, col=col)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, row=row, col=col)
+    fig.update_xaxes(showticklabels=False, row=row, col=col)
+
+
+def _add_mask(fig: go.Figure, observed, n_rows: int | None, n_cols: int | None, row: int,
+              col: int) -> None:
+    """A mask as the matrix it masks: masked entries blue, observed white."""
+    obs = torch.as_tensor(observed).reshape(-1)
+    if n_rows is None:
+        n_rows = int(round(obs.numel() ** 0.5))
+    n_cols = n_cols or obs.numel() // n_rows
+    if n_rows * n_cols != obs.numel():
+        raise ValueError(f"observed: {obs.numel()} entries do not form a {n_rows}x{n_cols} matrix")
+    fig.add_trace(go.Heatmap(z=obs.reshape(n_rows, n_cols).int().numpy(), zmin=0, zmax=1,
+                             colorscale=[[0, "royalblue"], [1, "white"]], showscale=False,
+                             hovertemplate="row %{y}<br>col %{x}<br>observed=%{z}<extra></extra>"),
+                  row=row, col=col)
+    fig.update_yaxes(autorange="reversed", row=row, col=col)
 
 
 def attention_grid_figure(
@@ -88,26 +114,80 @@ def attention_grid_figure(
     zmax = float(p.max()) if zmax is None else zmax
     for li in range(n_l):
         for h in range(n_h):
-            fig.add_trace(go.Heatmap(z=p[li, h].numpy(), zmin=0.0, zmax=zmax, coloraxis="coloraxis",
-                                     hovertemplate="query %{y}<br>key %{x}<br>p=%{z:.3f}<extra></extra>"),
-                          row=li + 1, col=h + 1)
-            fig.update_yaxes(autorange="reversed", showticklabels=False, row=li + 1, col=h + 1)
-            fig.update_xaxes(showticklabels=False, row=li + 1, col=h + 1)
+            _add_pattern(fig, p[li, h], zmax, li + 1, h + 1)
     if extra:
-        obs = torch.as_tensor(observed).reshape(-1)
-        if n_rows is None:
-            n_rows = int(round(obs.numel() ** 0.5))
-        n_cols = n_cols or obs.numel() // n_rows
-        if n_rows * n_cols != obs.numel():
-            raise ValueError(f"observed: {obs.numel()} entries do not form a {n_rows}x{n_cols} matrix")
-        fig.add_trace(go.Heatmap(z=obs.reshape(n_rows, n_cols).int().numpy(), zmin=0, zmax=1,
-                                 colorscale=[[0, "royalblue"], [1, "white"]], showscale=False,
-                                 hovertemplate="row %{y}<br>col %{x}<br>observed=%{z}<extra></extra>"),
-                      row=grid_rows, col=1)
-        fig.update_yaxes(autorange="reversed", row=grid_rows, col=1)
+        _add_mask(fig, observed, n_rows, n_cols, grid_rows, 1)
     fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0, cmax=zmax),
                       title=title or "Mean attention maps (layer, head), 1-based as in the papers",
                       height=panel_size * grid_rows + 80, width=panel_size * n_h + 160)
+    return fig
+
+
+def structured_mask_pairs_figure(
+    row: HeadAnalysis,
+    column: HeadAnalysis,
+    *,
+    zmax: float | None = None,
+    title: str | None = None,
+    panel_size: int = 120,
+) -> go.Figure:
+    """Every head's mean attention under a row mask and under a column mask, side by side.
+
+    The top row shows the two masks (blue = masked); below, one row per layer holds each head's
+    pair: its map under the row mask (``R``) then under the column mask (``C``), titled with the
+    papers' 1-based label and the type each mask's classification assigns (seed 002 Sec. 3.2,
+    Figs. 5 and 23: masked-row, observed-copy, mask-ignore and longest-contiguous-column heads
+    show themselves by how their maps move with the mask).
+
+    Args:
+        row, column: :func:`~tfmatcomp.heads.analyse_heads` results of one model with a fixed row
+            mask and a fixed column mask (``observed=`` from :mod:`tfmatcomp.masks`).
+        zmax: colour-scale maximum (default the largest probability shown).
+
+    Example:
+        >>> import torch
+        >>> from tfmatcomp import EncoderConfig, HookedEncoder, MatrixCompletionTask
+        >>> from tfmatcomp.heads import analyse_heads
+        >>> from tfmatcomp.masks import column_mask, row_mask
+        >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=9))
+        >>> task = MatrixCompletionTask(n_rows=3, rank=1)
+        >>> r = analyse_heads(m, task, 4, observed=row_mask(3, masked_rows=[1], keep=0))
+        >>> c = analyse_heads(m, task, 4, observed=column_mask(3, masked_cols=[1], keep=0))
+        >>> fig = structured_mask_pairs_figure(r, c)
+        >>> [a.text for a in fig.layout.annotations][:4]
+        ['row mask', 'column mask', '(1,1) R uniform', '(1,1) C uniform']
+    """
+    for name, a in (("row", row), ("column", column)):
+        if not isinstance(a, HeadAnalysis) or a.observed is None:
+            raise ValueError(f"{name}: expected an analyse_heads result with a fixed structured "
+                             f"mask (observed=...), got {type(a).__name__}")
+    if row.mean_patterns.shape != column.mean_patterns.shape:
+        raise ValueError(f"row, column: the analyses differ in shape ({tuple(row.mean_patterns.shape)}"
+                         f" vs {tuple(column.mean_patterns.shape)}); analyse one model twice")
+    pr, pc = (torch.as_tensor(a.mean_patterns).detach().to(torch.float64).cpu() for a in (row, column))
+    n_l, n_h = pr.shape[:2]
+    layers = sorted(row.table["layer"].unique().tolist())
+    types = [{(int(r.layer), int(r.head)): r.type for r in a.table.itertuples()} for a in (row, column)]
+    titles = ["row mask", "column mask"]
+    for l in layers:
+        for h in range(n_h):
+            titles += [f"{paper_label(l, h)} {side} {t.get((l, h), '')}".rstrip()
+                       for side, t in zip("RC", types)]
+    specs = [[{}, {}] + [None] * (2 * n_h - 2)] + [[{}] * (2 * n_h) for _ in range(n_l)]
+    fig = make_subplots(rows=n_l + 1, cols=2 * n_h, specs=specs, subplot_titles=titles,
+                        horizontal_spacing=0.012, vertical_spacing=0.08 / max(1, (n_l + 1) / 4))
+    _add_mask(fig, row.observed, row.n_rows, row.n_cols, 1, 1)
+    _add_mask(fig, column.observed, column.n_rows, column.n_cols, 1, 2)
+    zmax = float(max(pr.max(), pc.max())) if zmax is None else zmax
+    for li in range(n_l):
+        for h in range(n_h):
+            _add_pattern(fig, pr[li, h], zmax, li + 2, 2 * h + 1)
+            _add_pattern(fig, pc[li, h], zmax, li + 2, 2 * h + 2)
+    fig.update_annotations(font_size=10)
+    fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0, cmax=zmax),
+                      title=title or "Heads under a row mask (R) and a column mask (C), pairwise "
+                                     "(layer, head) 1-based",
+                      height=panel_size * (n_l + 1) + 100, width=panel_size * 2 * n_h + 160)
     return fig
 
 

@@ -8,7 +8,7 @@ DataFrames) and ``section.text``; :data:`SECTIONS` maps each key to its title an
 Example:
     >>> from tfmatcomp.report.sections import SECTIONS
     >>> list(SECTIONS)[:3]
-    ['training', 'copying', 'ablation']
+    ['training', 'components', 'copying']
 """
 
 from __future__ import annotations
@@ -101,6 +101,37 @@ def _training(ctx: RunContext, s: Section) -> None:
         s.items += [seed_curves_figure(ctx.group.metrics, ctx.group.drops, highlight=ctx.run_seed),
                     drop_steps_figure(ctx.group.drops), ctx.group.table()]
         s.text += " " + _group_text(ctx)
+
+
+def _components(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.dynamics import PAPER_COMPONENTS, component_training, summarize_drops
+    from tfmatcomp.plotting.dynamics import component_training_figure
+    from tfmatcomp.training import read_metrics
+
+    saved = ctx.run_dir / "components"
+    logs = {g: saved / g / "metrics.jsonl" for g in (*PAPER_COMPONENTS, "all")}
+    if all(p.exists() for p in logs.values()):
+        df = pd.concat([read_metrics(p).assign(component=g) for g, p in logs.items()],
+                       ignore_index=True)
+        how = f"read from {saved}"
+    else:  # a short run, so that the section costs about as much as the others
+        n_steps = max(16, ctx.n_samples)
+        with torch.enable_grad():  # the report computes its sections under no_grad
+            df = component_training(ctx.checkpoints[ctx.post_step], PAPER_COMPONENTS,
+                                    n_steps=n_steps, batch_size=32, log_every=max(1, n_steps // 50),
+                                    checkpoint_every=0, checkpoint_steps=(), seed=ctx.seed,
+                                    reinit_seed=ctx.seed, device=ctx.post.device)
+        how = (f"a short run of {n_steps:,} steps per group (batch 32) computed for this report; "
+               "for the full figure run tfmatcomp.dynamics.component_training(<post-shift "
+               f"checkpoint>, out_dir='{saved}', n_steps=...) with the run's own step count, and "
+               "the report reads it from there")
+    s.items += [component_training_figure(df), summarize_drops(df, ["eval_L_mask"], by="component")]
+    s.text = ("Each group (attention, MLP, token embeddings, positional embeddings) re-initialized "
+              "and trained alone, everything else frozen at its post-shift value; 'all' re-initializes "
+              "and trains every parameter (normal training). Paper (Fig. 8): MLPs and token "
+              "embeddings converge without a plateau, attention and positional embeddings plateau "
+              "and then drop, positional embeddings longest, each before the full model's drop. "
+              f"Curves: {how}.")
 
 
 # ------------------------------------------------------------------- causal experiments
@@ -265,6 +296,53 @@ def _probes(ctx: RunContext, s: Section) -> None:
               "layers 3 and 4; the singular vector is not linearly decodable.")
 
 
+def _structured_masks(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.heads import analyse_heads
+    from tfmatcomp.masks import column_mask, row_mask
+    from tfmatcomp.plotting.heads import structured_mask_pairs_figure
+
+    t, n = ctx.task, min(ctx.n_samples, 256)
+    middle_row, middle_col = t.n_rows // 2, t.n_cols // 2
+    row = analyse_heads(ctx.post, t, n, generator=_generator(ctx),
+                        observed=row_mask(t.n_rows, t.n_cols, masked_rows=(middle_row,), keep=0))
+    col = analyse_heads(ctx.post, t, n, generator=_generator(ctx),
+                        observed=column_mask(t.n_rows, t.n_cols, masked_cols=(middle_col,), keep=0))
+    keys = ["layer", "head", "paper_label"]
+    scores = ["type", "masked_row", "observed_copy", "mask_ignore"]
+    table = row.table[keys + scores].merge(col.table[keys + scores], on=keys,
+                                           suffixes=(" (row mask)", " (column mask)"))
+    s.items += [structured_mask_pairs_figure(row, col, title=(
+        f"step {ctx.post_step:,}: row {middle_row} masked but its first entry (R) / column "
+        f"{middle_col} masked but its first entry (C), 0-based; heads 1-based")), table]
+    s.text = ("Each head's mean attention (same matrices, one fixed mask each) under a row mask and "
+              "under the matching column mask, as pairs. Paper (Sec. 3.2, Figs. 5 and 23): "
+              "masked-row heads light up only on the masked line and attend to its one observed "
+              "entry, observed-copy heads are near identity maps, mask-ignore heads skip the masked "
+              "entries, and longest-contiguous-column heads move with the mask.")
+
+
+def _positional(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.embeddings import positional_embedding_norms, positional_similarity
+    from tfmatcomp.plotting.embeddings import positional_norms_figure
+
+    t = ctx.task
+    rows = []
+    for label, model in ctx.models.items():
+        norms = positional_embedding_norms(model, t.n_rows, t.n_cols)
+        s.items.append(positional_norms_figure(norms, title=f"{label}: l2 norm of the positional "
+                                               "embedding per position (colour = row)"))
+        by = norms.groupby("col")["norm"].mean()
+        rows.append({"model": label, "mean norm": norms["norm"].mean(),
+                     "min": norms["norm"].min(), "max": norms["norm"].max(),
+                     "column-mean spread": by.max() - by.min(),
+                     **positional_similarity(model, t.n_rows, t.n_cols)})
+    s.items.append(pd.DataFrame(rows))
+    s.text = ("The norm of W_pos at every position of the matrix (row-major), before and after the "
+              "shift, and the mean cosine similarity of centred positional embeddings within a row, "
+              "within a column and otherwise. Paper: positional embeddings cluster by column, and "
+              "only after the drop (Fig. 7c, Fig. 10).")
+
+
 # ------------------------------------------------------------------------- baselines
 def _nuclear_norm(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.baselines import PAPER_LAMBDA_TABLE, compare_with_model, lambda_table
@@ -332,6 +410,7 @@ def _decomposition(ctx: RunContext, s: Section) -> None:
 
 SECTIONS: dict[str, tuple[str, Callable[[RunContext, Section], None]]] = {
     "training": ("Training: plateau and sudden drop", _training),
+    "components": ("Component-wise training (Fig. 8)", _components),
     "copying": ("Copying check (Table 1)", _copying),
     "ablation": ("Uniform attention ablation", _ablation),
     "transplant": ("Weight transplant (model switching)", _transplant),
@@ -340,7 +419,9 @@ SECTIONS: dict[str, tuple[str, Callable[[RunContext, Section], None]]] = {
     "head_groups": ("Head-group ablation", _head_groups),
     "head_scan": ("Per-head ablation scan", _head_scan),
     "attention": ("Attention heads over training", _attention),
+    "structured_masks": ("Heads under structured masks: row / column pairs", _structured_masks),
     "embeddings": ("Embeddings", _embeddings),
+    "positional": ("Positional embeddings per position", _positional),
     "probes": ("Linear probes", _probes),
     "nuclear_norm": ("Nuclear-norm baseline", _nuclear_norm),
     "ood": ("Out-of-distribution inputs", _ood),
