@@ -104,34 +104,28 @@ def _training(ctx: RunContext, s: Section) -> None:
 
 
 def _components(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.dynamics import PAPER_COMPONENTS, component_training, summarize_drops
+    from tfmatcomp.dynamics import PAPER_COMPONENTS, summarize_drops
     from tfmatcomp.plotting.dynamics import component_training_figure
     from tfmatcomp.training import read_metrics
 
     saved = ctx.run_dir / "components"
     logs = {g: saved / g / "metrics.jsonl" for g in (*PAPER_COMPONENTS, "all")}
-    if all(p.exists() for p in logs.values()):
-        df = pd.concat([read_metrics(p).assign(component=g) for g, p in logs.items()],
-                       ignore_index=True)
-        how = f"read from {saved}"
-    else:  # a short run, so that the section costs about as much as the others
-        n_steps = max(16, ctx.n_samples)
-        with torch.enable_grad():  # the report computes its sections under no_grad
-            df = component_training(ctx.checkpoints[ctx.post_step], PAPER_COMPONENTS,
-                                    n_steps=n_steps, batch_size=32, log_every=max(1, n_steps // 50),
-                                    checkpoint_every=0, checkpoint_steps=(), seed=ctx.seed,
-                                    reinit_seed=ctx.seed, device=ctx.post.device)
-        how = (f"a short run of {n_steps:,} steps per group (batch 32) computed for this report; "
-               "for the full figure run tfmatcomp.dynamics.component_training(<post-shift "
-               f"checkpoint>, out_dir='{saved}', n_steps=...) with the run's own step count, and "
-               "the report reads it from there")
-    s.items += [component_training_figure(df), summarize_drops(df, ["eval_L_mask"], by="component")]
     s.text = ("Each group (attention, MLP, token embeddings, positional embeddings) re-initialized "
               "and trained alone, everything else frozen at its post-shift value; 'all' re-initializes "
               "and trains every parameter (normal training). Paper (Fig. 8): MLPs and token "
               "embeddings converge without a plateau, attention and positional embeddings plateau "
-              "and then drop, positional embeddings longest, each before the full model's drop. "
-              f"Curves: {how}.")
+              "and then drop, positional embeddings longest, each before the full model's drop. ")
+    if not all(p.exists() for p in logs.values()):
+        # Five training runs as long as the run itself: far too long for a report to start on its
+        # own (a short run would show no plateau), so the section says how to produce them.
+        s.text += (f"Not computed for this run: it needs five training runs as long as the run "
+                   f"itself. Run tfmatcomp.dynamics.component_training(<post-shift checkpoint>, "
+                   f"out_dir='{saved}', n_steps=<the run's step count>) and build the report "
+                   f"again; it reads the curves from there.")
+        return
+    df = pd.concat([read_metrics(p).assign(component=g) for g, p in logs.items()], ignore_index=True)
+    s.items += [component_training_figure(df), summarize_drops(df, ["eval_L_mask"], by="component")]
+    s.text += f"Curves read from {saved}."
 
 
 # ------------------------------------------------------------------- causal experiments
