@@ -7,6 +7,8 @@ Presets are reachable by name from Python and from the command line (``--preset`
 * ``paper-12l12h``: the papers' large model (12 layers, 12 heads, lr 5e-5).
 * ``tiny``: a CPU-sized model that shows the plateau and the sudden drop in minutes (see
   docs/tiny-preset.md for how it was chosen).
+* ``gpt-tiny``: the GPT variant (a :class:`DecoderConfig`, trained on :mod:`tfmatcomp.gpt_task`'s
+  sequences) at the tiny preset's matrix size (see docs/gpt-variant.md).
 
 Example:
     >>> from tfmatcomp import EncoderConfig, get_preset
@@ -258,7 +260,7 @@ class Preset:
     """A named bundle: model, task and training configuration."""
 
     name: str
-    model: EncoderConfig
+    model: EncoderConfig | DecoderConfig
     task: TaskConfig
     train: TrainConfig
     description: str = ""
@@ -303,6 +305,15 @@ PRESETS: dict[str, Preset] = {
                           log_every=50, checkpoint_steps=(4_000,), checkpoint_every=1_000),
         description="CPU preset: 4x4 rank-1, 2 layers x 4 heads x 64; L_mask drops near step "
                     "13,600 (~7-8 min on 2 cores).",
+    ),
+    "gpt-tiny": Preset(
+        name="gpt-tiny",
+        model=DecoderConfig(n_layers=2, n_heads=2, d_model=64, d_mlp=256, n_ctx=33, d_vocab=2003),
+        task=TaskConfig(n_rows=4, rank=1, p_mask=0.3),
+        train=TrainConfig(n_steps=6_000, batch_size=128, eval_batch_size=64, lr=1e-3,
+                          log_every=50, checkpoint_steps=(), checkpoint_every=500),
+        description="GPT variant (seed 002 App. G) scaled down for a CPU: 4x4 rank-1, a 2-layer "
+                    "2-head decoder x 64 on prompt / SEP / values (see docs/gpt-variant.md).",
     ),
 }
 

@@ -8,6 +8,13 @@ Every analysis walks the same steps::
                                      fwd_hooks, an Intervention, or names to cache
     loss_values                      tfmatcomp.losses(...) as plain floats
 
+Both model kinds walk it: :func:`model_tokens` is what a model reads for a batch (the batch's
+tokens for a :class:`~tfmatcomp.HookedEncoder`; for a :class:`~tfmatcomp.HookedDecoder` the GPT
+sequence of :mod:`tfmatcomp.gpt_task`: prompt, SEP, values), and a decoder's predictions are its
+teacher-forced arg-max values at the matrix entries (:func:`tfmatcomp.gpt_task.predicted_values`),
+``[batch, n_rows * n_cols]`` like the encoder's, so losses, interventions and experiments are
+the same code for both.
+
 Conventions (also in docs/concepts/conventions.md): ``n_samples`` is how many matrices, ``batch_size``
 how many go through one forward pass (a memory bound only: results do not depend on it beyond float
 rounding), ``seed`` an int that seeds a CPU ``torch.Generator`` (so a seed gives the same matrices on
@@ -46,16 +53,18 @@ from torch import Tensor
 from tfmatcomp.config import TaskConfig, get_preset
 from tfmatcomp.data import MatrixBatch, MatrixCompletionTask, MatrixMixtureTask
 from tfmatcomp.metrics import losses
+from tfmatcomp.decoder import HookedDecoder
+from tfmatcomp.gpt_task import encode_sequence, predicted_values, sequence_length
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.validation import check_positive_int, renamed_argument
 
 __all__ = [
     "ModelLike", "ModelsLike", "TaskLike", "Inputs", "InterventionLike", "Chunk",
     "load_model", "load_model_info", "load_checkpoints", "resolve_models", "resolve_task",
-    "sample_batch", "iter_chunks", "run_chunked", "predict", "loss_values", "per_size_losses",
+    "sample_batch", "model_tokens", "positions_needed", "iter_chunks", "run_chunked", "predict", "loss_values", "per_size_losses",
 ]
 
-ModelLike = Union[HookedEncoder, str, os.PathLike]
+ModelLike = Union[HookedEncoder, HookedDecoder, str, os.PathLike]
 ModelsLike = Union[ModelLike, Mapping[str, ModelLike]]
 TaskLike = Union[MatrixCompletionTask, MatrixMixtureTask, TaskConfig, str, None]
 Inputs = Union[MatrixBatch, Int[Tensor, "batch pos"]]
@@ -77,7 +86,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
         >>> cfg, label
         (None, 'model')
     """
-    if isinstance(model, HookedEncoder):
+    if isinstance(model, (HookedEncoder, HookedDecoder)):
         return (model if device is None else model.to(device)), None, "model"
     if isinstance(model, (str, os.PathLike)):
         from tfmatcomp.checkpoint import load_checkpoint_info
@@ -85,7 +94,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
         m, info = load_checkpoint_info(model, device=device)
         label = f"step {info.step}" if info.step is not None else str(model)
         return m, info.task_cfg, label
-    raise TypeError(f"models: expected a HookedEncoder, a checkpoint path, or a mapping of them, "
+    raise TypeError(f"models: expected a HookedEncoder or HookedDecoder, a checkpoint path, or a mapping of them, "
                     f"got {type(model).__name__}")
 
 
@@ -189,9 +198,10 @@ def resolve_models(
         raise ValueError("models: give at least one model")
     task = resolve_task(task, found)
     for label, model in out.items():
-        if task.n_positions > model.cfg.n_ctx:
-            raise ValueError(f"task: {task.n_rows}x{task.n_cols} matrices need {task.n_positions} "
-                             f"positions but model {label!r} has n_ctx {model.cfg.n_ctx}")
+        if positions_needed(model, task.n_positions) > model.cfg.n_ctx:
+            raise ValueError(f"task: {task.n_rows}x{task.n_cols} matrices need "
+                             f"{positions_needed(model, task.n_positions)} positions but model "
+                             f"{label!r} has n_ctx {model.cfg.n_ctx}")
     return out, task
 
 
@@ -233,6 +243,34 @@ def sample_batch(
     return batch if device is None else batch.to(device)
 
 
+def positions_needed(model, n_positions: int) -> int:
+    """Positions ``model`` needs for matrices of ``n_positions`` entries: as many for an encoder,
+    ``2 n_positions + 1`` for a decoder (prompt, SEP, values).
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> positions_needed(tm.HookedDecoder(tm.DecoderConfig(d_model=8, d_mlp=8, n_ctx=33)), 16)
+        33
+    """
+    return sequence_length(n_positions) if isinstance(model, HookedDecoder) else int(n_positions)
+
+
+def model_tokens(model, inputs: Inputs) -> Int[Tensor, "batch seq"]:
+    """The token ids ``model`` reads for ``inputs``: a batch's tokens for an encoder, its GPT
+    sequence (:func:`tfmatcomp.gpt_task.encode_sequence`) for a decoder; token ids pass through.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> b = sample_batch("tiny", 2, seed=0)
+        >>> dec = tm.HookedDecoder(tm.DecoderConfig(d_model=8, d_mlp=8, n_ctx=33))
+        >>> model_tokens(dec, b).shape, model_tokens(dec, b.tokens).shape
+        (torch.Size([2, 33]), torch.Size([2, 16]))
+    """
+    if not isinstance(inputs, MatrixBatch):
+        return inputs
+    return encode_sequence(inputs) if isinstance(model, HookedDecoder) else inputs.tokens
+
+
 # ------------------------------------------------------------------------------------ forward
 @dataclass(frozen=True)
 class Chunk:
@@ -264,7 +302,7 @@ def _intervention_for(intervention: InterventionLike, chunk: Inputs):
 
 @torch.no_grad()
 def iter_chunks(
-    model: HookedEncoder,
+    model: HookedEncoder | HookedDecoder,
     inputs: Inputs,
     *,
     batch_size: int = 256,
@@ -280,7 +318,7 @@ def iter_chunks(
     every activation; :func:`run_chunked` concatenates the chunks.
 
     Args:
-        model: a :class:`~tfmatcomp.HookedEncoder`.
+        model: a :class:`~tfmatcomp.HookedEncoder` or :class:`~tfmatcomp.HookedDecoder`.
         inputs: a :class:`~tfmatcomp.MatrixBatch` or token ids ``[batch, pos]``; each chunk is moved
             to the model's device.
         batch_size: matrices per forward pass.
@@ -305,12 +343,16 @@ def iter_chunks(
     names = list(names) if names is not None else None
     n = inputs.batch_size if isinstance(inputs, MatrixBatch) else inputs.shape[0]
     device = model.device
+    decoder = isinstance(model, HookedDecoder)
     for start in range(0, n, batch_size):
         chunk = inputs[start:start + batch_size].to(device)
-        tokens = chunk.tokens if isinstance(chunk, MatrixBatch) else chunk
+        tokens = model_tokens(model, chunk)
         iv = _intervention_for(intervention, chunk)
-        kwargs = {"return_type": "predictions" if return_predictions else None}
+        kwargs = {"return_type": ("logits" if decoder else "predictions") if return_predictions
+                  else None}
         if attention_mask is not None:
+            if decoder:
+                raise ValueError("attention_mask: the decoder takes no padding mask")
             kwargs["attention_mask"] = attention_mask[start:start + batch_size].to(device)
         # plain `with` (not ExitStack.enter_context, which an interrupt can stop between a
         # context's __enter__ and registering its __exit__): nothing is left applied
@@ -321,11 +363,13 @@ def iter_chunks(
             else:
                 preds, cache = model.run_with_cache(tokens, names_filter=names, **kwargs)
                 cache = {name: cache[name] for name in names}
+        if decoder and preds is not None:  # the entries' arg-max values, [chunk, n_rows * n_cols]
+            preds = predicted_values(preds, getattr(chunk, "tokenizer", None))
         yield Chunk(start=start, inputs=chunk, predictions=preds, cache=cache)
 
 
 def run_chunked(
-    model: HookedEncoder,
+    model: HookedEncoder | HookedDecoder,
     inputs: Inputs,
     *,
     batch_size: int = 256,
@@ -361,7 +405,7 @@ def run_chunked(
 
 
 def predict(
-    model: HookedEncoder,
+    model: HookedEncoder | HookedDecoder,
     batch: MatrixBatch,
     intervention: InterventionLike = None,
     batch_size: int = 256,
@@ -399,7 +443,7 @@ def loss_values(predictions: Tensor, batch: MatrixBatch) -> dict[str, float]:
 
 
 def per_size_losses(
-    model: HookedEncoder,
+    model: HookedEncoder | HookedDecoder,
     task: TaskLike,
     sizes: Sequence[int] | None = None,
     n_samples: int = 256,
@@ -429,7 +473,7 @@ def per_size_losses(
     if sizes is None:
         sizes = task.sizes if isinstance(task, MatrixMixtureTask) else (task.n_rows,)
     sizes = [int(n) for n in sizes]
-    too_big = [n for n in sizes if n * n > model.cfg.n_ctx]
+    too_big = [n for n in sizes if positions_needed(model, n * n) > model.cfg.n_ctx]
     if too_big:
         raise ValueError(f"sizes: {too_big} need more than the model's n_ctx {model.cfg.n_ctx} "
                          f"positions; allowed sizes are n with n * n <= {model.cfg.n_ctx}")

@@ -20,6 +20,11 @@ Both give bit-identical activations (tested). Other hooks: :func:`pattern_hook_n
 attention probabilities, :func:`block_hook_name` for one hook of one block, and
 :func:`resolve_hook_names` for full or block-relative names chosen by the user.
 
+**Both model kinds.** The encoder and the decoder share TransformerLens's block names; where they
+differ (the token-embedding hook, the hook after the read-out, the positional table), the
+interventions ask :func:`embed_hook_name`, :func:`readout_hook_name`, :func:`pos_embed_param_name`
+and :func:`is_causal` instead of spelling a name.
+
 Example:
     >>> from tfmatcomp.hook_names import resid_name
     >>> [resid_name(l, 2) for l in range(3)]
@@ -46,6 +51,10 @@ __all__ = [
     "pattern_hook_names",
     "block_hook_name",
     "resolve_hook_names",
+    "embed_hook_name",
+    "readout_hook_name",
+    "pos_embed_param_name",
+    "is_causal",
 ]
 
 ResidAt = Literal["block_input", "layer_output"]
@@ -191,3 +200,53 @@ def resolve_hook_names(model, hooks: str | Iterable[str], layers: Iterable[int] 
                              " see model.hook_dict")
         out.extend(n for n in full if n not in out)
     return out
+
+
+def embed_hook_name(model) -> str:
+    """The token-embedding hook, the first hook point of a forward pass: ``embed.hook_embed``
+    (encoder) or ``hook_embed`` (decoder, TransformerLens's HookedTransformer).
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> embed_hook_name(tm.HookedEncoder(tm.get_preset("tiny").model))
+        'embed.hook_embed'
+        >>> embed_hook_name(tm.HookedDecoder(tm.get_preset("gpt-tiny").model))
+        'hook_embed'
+    """
+    return "embed.hook_embed" if "embed.hook_embed" in model.hook_dict else "hook_embed"
+
+
+def readout_hook_name(model) -> str | None:
+    """The hook after the read-out, the last hook point (``hook_readout``), or None when the model
+    has none (the decoder: nothing is hooked after its unembedding).
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> readout_hook_name(tm.HookedDecoder(tm.get_preset("gpt-tiny").model)) is None
+        True
+    """
+    return "hook_readout" if "hook_readout" in model.hook_dict else None
+
+
+def pos_embed_param_name(model) -> str:
+    """The positional-embedding table: ``embed.W_pos`` (encoder) or ``pos_embed.W_pos`` (decoder).
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> pos_embed_param_name(tm.HookedDecoder(tm.get_preset("gpt-tiny").model))
+        'pos_embed.W_pos'
+    """
+    names = dict(model.named_parameters())
+    return "embed.W_pos" if "embed.W_pos" in names else "pos_embed.W_pos"
+
+
+def is_causal(model) -> bool:
+    """True when the model's attention is causal (a decoder): its patterns are zero above the
+    diagonal.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> is_causal(tm.HookedEncoder(tm.get_preset("tiny").model))
+        False
+    """
+    return any(getattr(b.attn, "causal", False) for b in model.blocks)

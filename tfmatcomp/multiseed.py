@@ -168,6 +168,9 @@ class MultiSeedTrainer:
                     progress=False, **{**train_overrides, "seed": s})
             for s in self.seeds]
         first = self.trainers[0]
+        if first.is_decoder:
+            raise ValueError("preset: the batched multi-seed trainer runs the encoder task only; "
+                             "train a decoder preset (e.g. gpt-tiny) one seed at a time")
         self.train_cfg, self.task, self.device = first.train_cfg, first.task, first.device
         self._build()
 

@@ -29,6 +29,11 @@ LayerNorm (``embed.ln`` is part of ``"embed"``). Before this registry, the trans
 ``ln1``); they now agree with component-wise training (seed 002 Sec. 4), whose membership was
 already this one. The papers' transplant itself (``"qkv"``) is unchanged.
 
+The decoder (:class:`~tfmatcomp.HookedDecoder`, pre-LN) has the same block names; its positional
+table ``pos_embed.W_pos`` is in ``"embed"`` and ``"pos_embed"``, ``ln_final.*`` in ``"ln"`` and
+``"readout"`` (with ``unembed.W, unembed.b``); ``ln1`` feeds its attention and ``ln2`` its MLP, so
+``"attention"`` and ``"mlp"`` hold them as for the encoder.
+
 Example:
     >>> import tfmatcomp as tm
     >>> from tfmatcomp.param_groups import group_parameter_names
@@ -65,11 +70,11 @@ PARAM_GROUPS: Mapping[str, Predicate] = MappingProxyType({
     "qkv": _matches(_BLOCK + r"attn\.[Wb]_[QKV]"),
     "attn_out": _matches(_BLOCK + r"attn\.[Wb]_O"),
     "mlp": _matches(_BLOCK + r"(mlp|ln2)\..+"),
-    "embed": _matches(r"embed\..+"),
+    "embed": _matches(r"(pos_)?embed\..+"),
     "token_embed": _matches(r"embed\.W_E"),
-    "pos_embed": _matches(r"embed\.W_pos"),
-    "ln": _matches(r"(embed\.ln|" + _BLOCK + r"ln[12])\.[wb]"),
-    "readout": _matches(r"readout\..+"),
+    "pos_embed": _matches(r"(pos_)?embed\.W_pos"),
+    "ln": _matches(r"(embed\.ln|ln_final|" + _BLOCK + r"ln[12])\.[wb]"),
+    "readout": _matches(r"(readout|unembed|ln_final)\..+"),
     "all_but_attn": lambda name: not _attention(name),
     "all": lambda name: True,
 })

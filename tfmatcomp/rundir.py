@@ -266,20 +266,21 @@ def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
 
 
 def run_configs(out_dir: str | os.PathLike
-                ) -> tuple[EncoderConfig, TaskConfig, TrainConfig] | None:
+                ) -> tuple[EncoderConfig | DecoderConfig, TaskConfig, TrainConfig] | None:
     """The model, task and training configs that ``run.json`` records (None without one).
 
     Raises:
         RunDirError: ``run.json`` is unreadable.
     """
-    from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig  # rundir stays standalone
+    from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig  # standalone
 
     path = Path(out_dir) / "run.json"
     if not path.exists():
         return None
     try:
         run = json.loads(path.read_text())
-        return (EncoderConfig.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
+        model_cls = DecoderConfig if run.get("kind") == "decoder" else EncoderConfig
+        return (model_cls.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
                 TrainConfig.from_dict(run["train"]))
     except (ValueError, KeyError, TypeError) as e:
         raise RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True to start "

@@ -1,5 +1,12 @@
 """Online training on matrix completion: a fresh batch every step, Adam at a constant rate, MSE.
 
+The model kind follows the model config, decided in one place (:func:`model_class`): an
+:class:`~tfmatcomp.EncoderConfig` trains a :class:`~tfmatcomp.HookedEncoder` on the masked-entry MSE;
+a :class:`~tfmatcomp.DecoderConfig` trains a :class:`~tfmatcomp.HookedDecoder` on the GPT variant
+(:mod:`tfmatcomp.gpt_task`: next-token cross-entropy on the value tokens). Both log ``L``,
+``L_obs``, ``L_mask`` (the decoder's from its arg-max values); the decoder also logs ``CE*`` and
+``acc*`` and, at evaluation, the papers' greedy completion (``gen_*``).
+
 Seeded and resumable: the model, the training stream and the evaluation stream each have their own
 seeded generator, and a checkpoint stores the optimizer and both generators, so resuming continues
 the exact trajectory of an uninterrupted run.
@@ -41,13 +48,15 @@ from tfmatcomp.checkpoint import (
     CheckpointError, ConfigMismatchError, checkpoint_dir_name, list_checkpoints,
     load_checkpoint_info, load_training_state, save_checkpoint,
 )
-from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
+from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.data import MatrixBatch
+from tfmatcomp.decoder import HookedDecoder
+from tfmatcomp import gpt_task
 from tfmatcomp.metrics import losses, masked_mse
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.rundir import METRICS_FILE, RunDirError
 
-__all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device"]
+__all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device", "model_class"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
@@ -58,11 +67,27 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def model_class(cfg: EncoderConfig | DecoderConfig) -> type:
+    """The model class a config builds, the one switch between the two model kinds.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model_class(tm.get_preset("gpt-tiny").model).__name__
+        'HookedDecoder'
+    """
+    if isinstance(cfg, DecoderConfig):
+        return HookedDecoder
+    if isinstance(cfg, EncoderConfig):
+        return HookedEncoder
+    raise TypeError(f"model_cfg: expected an EncoderConfig or a DecoderConfig, got "
+                    f"{type(cfg).__name__}")
+
+
 @dataclass
 class TrainResult:
     """What :func:`train` returns."""
 
-    model: HookedEncoder
+    model: HookedEncoder | HookedDecoder
     metrics: pd.DataFrame
     out_dir: Path | None
     step: int
@@ -94,12 +119,12 @@ class Trainer:
         self,
         preset: str | Preset = "tiny",
         *,
-        model_cfg: EncoderConfig | None = None,
+        model_cfg: EncoderConfig | DecoderConfig | None = None,
         task_cfg: TaskConfig | None = None,
         train_cfg: TrainConfig | None = None,
         out_dir: str | os.PathLike | None = None,
         device: torch.device | str | None = None,
-        model: HookedEncoder | None = None,
+        model: HookedEncoder | HookedDecoder | None = None,
         trainable: Callable[[str], bool] | None = None,
         progress: bool = True,
         overwrite: bool = False,
@@ -112,10 +137,13 @@ class Trainer:
         self.task_cfg = task_cfg or preset.task
         self.train_cfg = replace(train_cfg or preset.train, **train_overrides)
         self.task = self.task_cfg.build()
-        if self.task.n_positions > self.model_cfg.n_ctx:
+        self.model_class = model_class(self.model_cfg)
+        self.is_decoder = self.model_class is HookedDecoder
+        needed = (gpt_task.sequence_length(self.task.n_positions) if self.is_decoder
+                  else self.task.n_positions)
+        if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
-                             f"{self.task.n_positions} positions but model_cfg.n_ctx is "
-                             f"{self.model_cfg.n_ctx}")
+                             f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
         self.device = torch.device(device) if device is not None else default_device()
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.overwrite = bool(overwrite)
@@ -126,7 +154,7 @@ class Trainer:
         self.trainable = trainable
         seed = self.train_cfg.seed
         if model is None:
-            model = HookedEncoder(self.model_cfg, seed=seed)
+            model = self.model_class(self.model_cfg, seed=seed)
         elif model.cfg != self.model_cfg:
             raise ConfigMismatchError("model: its config differs from model_cfg")
         self.model = model.to(self.device).train()
@@ -319,7 +347,8 @@ class Trainer:
 
     def _run_info(self) -> dict[str, Any]:
         """What ``run.json`` records about this run."""
-        return {"model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
+        return {"kind": "decoder" if self.is_decoder else "encoder",
+                "model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
                 "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
                 "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                 "device": str(self.device)}
@@ -350,13 +379,26 @@ class Trainer:
         self.model.eval()
         batch = self.task.sample(batch_size or self.train_cfg.eval_batch_size,
                                  generator=self.eval_gen, device=self.device)
-        out = {k: v.item() for k, v in losses(self.model(batch.tokens), batch).items()}
+        tokens = self.model_tokens(batch)
+        out = {k: v.item() for k, v in self.batch_metrics(self.model(tokens), batch, tokens).items()}
+        if self.is_decoder:
+            out.update(gpt_task.generation_metrics(self.model, batch))
         self.model.train(was_training)
         return out
 
+    def model_tokens(self, batch: MatrixBatch) -> torch.Tensor:
+        """What the model reads: the batch's tokens, or its GPT sequence for a decoder."""
+        return gpt_task.encode_sequence(batch) if self.is_decoder else batch.tokens
+
+    def batch_metrics(self, output: torch.Tensor, batch: MatrixBatch,
+                      tokens: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The logged losses of the model's ``output`` on ``batch`` (:func:`tfmatcomp.losses`, or
+        :func:`tfmatcomp.gpt_task.gpt_losses` for a decoder)."""
+        return gpt_task.gpt_losses(output, batch, tokens) if self.is_decoder else losses(output, batch)
+
     def update(self) -> tuple[torch.Tensor, MatrixBatch]:
         """One optimizer update on a fresh batch of the training stream (the step counter is the
-        caller's); returns the predictions the update used and the batch.
+        caller's); returns the predictions (a decoder's logits) the update used and the batch.
 
         Raises:
             FloatingPointError: if the loss is not finite.
@@ -375,13 +417,17 @@ class Trainer:
     def _forward_loss(self, batch: MatrixBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """The update's forward pass and the loss it differentiates (the data-parallel trainer
         of :mod:`tfmatcomp.distributed` runs its rank's share of the batch here)."""
+        if self.is_decoder:  # logits [batch, 2P + 1, d_vocab]; cross-entropy on the value tokens
+            tokens = gpt_task.encode_sequence(batch)
+            predictions = self.model(tokens)
+            return predictions, gpt_task.value_token_loss(predictions, tokens)
         predictions = self.model(batch.tokens)
         return predictions, masked_mse(predictions, batch.values)
 
     def _train_losses(self, predictions: torch.Tensor, batch: MatrixBatch) -> dict[str, torch.Tensor]:
         """The ``train_*`` losses of an update from what :meth:`update` returned."""
         with torch.no_grad():
-            return losses(predictions.detach(), batch)
+            return self.batch_metrics(predictions.detach(), batch)
 
     def run(self, n_steps: int | None = None) -> TrainResult:
         """Train until step ``n_steps`` (default: the config's), logging and checkpointing.
@@ -430,7 +476,7 @@ class Trainer:
 def train(
     preset: str | Preset = "tiny",
     *,
-    model_cfg: EncoderConfig | None = None,
+    model_cfg: EncoderConfig | DecoderConfig | None = None,
     task_cfg: TaskConfig | None = None,
     train_cfg: TrainConfig | None = None,
     out_dir: str | os.PathLike | None = None,
@@ -438,11 +484,13 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
-    model: HookedEncoder | None = None,
+    model: HookedEncoder | HookedDecoder | None = None,
     trainable: Callable[[str], bool] | None = None,
     **train_overrides: Any,
 ) -> TrainResult:
-    """Train a :class:`HookedEncoder` on matrix completion (see :class:`Trainer` for arguments).
+    """Train a :class:`HookedEncoder` (or, with a :class:`DecoderConfig` / the ``gpt-tiny``
+    preset, a :class:`HookedDecoder` on the GPT variant) on matrix completion (see
+    :class:`Trainer` for arguments).
 
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
     one with training state and reproduces the uninterrupted run exactly (same seed and thread

@@ -57,6 +57,9 @@ class DistributedTrainer(Trainer):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         super().__init__(preset, device=rank_device(device), progress=progress and self.rank == 0,
                          **kwargs)
+        if self.is_decoder:
+            raise ValueError("DistributedTrainer: data-parallel training runs the encoder task "
+                             "only; train a decoder preset (e.g. gpt-tiny) in one process")
         n = self.train_cfg.batch_size
         if n < self.world_size:
             raise ValueError(f"batch_size: {n} matrices cannot be shared by {self.world_size} "

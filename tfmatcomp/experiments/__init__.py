@@ -1,6 +1,7 @@
 """The papers' causal experiments as functions that return tidy pandas tables.
 
-Each function takes models (a :class:`~tfmatcomp.HookedEncoder`, a checkpoint path, or
+Each function takes models (a :class:`~tfmatcomp.HookedEncoder` or
+:class:`~tfmatcomp.HookedDecoder`, a checkpoint path, or
 ``{label: model or path}``; label ``"pre-shift"`` / ``"post-shift"`` to get the papers' numbers in the
 ``paper_4l8h_*`` columns), a task (default: the checkpoint's), ``n_samples`` (the papers' counts by
 default) and a ``seed``; the same seed gives the same table. See docs/interventions.md.
@@ -15,6 +16,7 @@ function                       what                                             
 :func:`activation_patching`    X -> -X patch at hook_z, all layers and per layer       App. J
 :func:`head_group_ablation`    head groups, losses without / with and ratios           002 App. L
 :func:`head_ablation_scan`     layers x heads table of the change in L_mask            (ours)
+:func:`attention_change`       per head: attention on same row / column / self / SEP   001 Fig. 12
 =============================  ======================================================  ==========
 
 Example:
@@ -25,6 +27,7 @@ Example:
     ['model', 'heads', 'variant', 'condition', 'L', 'L_obs']
 """
 
+from tfmatcomp.experiments.attention_change import attention_change, attention_targets
 from tfmatcomp.experiments.ablation import attention_ablation, head_ablation_scan, head_group_ablation
 from tfmatcomp.experiments.copying import copying_check
 from tfmatcomp.experiments.patching import activation_patching
@@ -35,5 +38,5 @@ from tfmatcomp.experiments.transplant import weight_transplant
 __all__ = [
     "copying_check", "attention_ablation", "weight_transplant", "positional_permutation",
     "activation_patching", "head_group_ablation", "head_ablation_scan", "PAPER_HEAD_GROUPS",
-    "PAPER_LABEL",
+    "PAPER_LABEL", "attention_change", "attention_targets",
 ]

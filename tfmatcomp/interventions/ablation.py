@@ -91,14 +91,17 @@ class _PatternAblation(Intervention):
     def acts_on(self, model) -> list[str]:
         return [f"blocks.{l}.attn.hook_pattern" for l in sorted(self._by_layer(model))]
 
-    def _replace(self, pattern: Tensor, heads: list[int]) -> Tensor:
+    def _replace(self, pattern: Tensor, heads: list[int], causal: bool = False) -> Tensor:
         raise NotImplementedError
 
     def fwd_hooks(self, model) -> list[FwdHook]:
+        from tfmatcomp.hook_names import is_causal
+
         hooks: list[FwdHook] = []
+        causal = is_causal(model)
         for l, heads in sorted(self._by_layer(model).items()):
             def fn(pattern: Tensor, hook: Any = None, heads: list[int] = heads) -> Tensor:
-                return self._replace(pattern, heads)
+                return self._replace(pattern, heads, causal)
 
             hooks.append((f"blocks.{l}.attn.hook_pattern",
                           HookFn(fn, "edit", f"{type(self).__name__} L{l} H{heads}")))
@@ -113,7 +116,9 @@ class UniformAttentionAblation(_PatternAblation):
             list ablates nothing (a no-op).
 
     Acts at ``blocks.{l}.attn.hook_pattern`` ``[batch, head, query, key]``; the value written is
-    exactly ``1 / n_keys`` in the pattern's dtype.
+    exactly ``1 / n_keys`` in the pattern's dtype. On a causal model (a
+    :class:`~tfmatcomp.HookedDecoder`) each query spreads over the keys it may see: ``1 / (q + 1)``
+    for query ``q``, zero above the diagonal, so the run stays causal.
 
     Example:
         >>> UniformAttentionAblation([(0, 1), (1, 0)]).describe()
@@ -123,9 +128,15 @@ class UniformAttentionAblation(_PatternAblation):
     kind: ClassVar[str] = "uniform_attention_ablation"
     _what = "uniform attention ablation (pattern = 1/n_keys)"
 
-    def _replace(self, pattern: Tensor, heads: list[int]) -> Tensor:
+    def _replace(self, pattern: Tensor, heads: list[int], causal: bool = False) -> Tensor:
         out = pattern.clone()
-        out[:, heads] = 1.0 / pattern.shape[-1]
+        if not causal:
+            out[:, heads] = 1.0 / pattern.shape[-1]
+            return out
+        # a causal model: each query attends equally to the keys it may see (1 / (query + 1))
+        n_q, n_k = pattern.shape[-2:]
+        allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=pattern.device).tril(n_k - n_q)
+        out[:, heads] = (allowed / allowed.sum(-1, keepdim=True)).to(pattern.dtype)
         return out
 
 
@@ -144,7 +155,7 @@ class MeanAttentionAblation(_PatternAblation):
     kind: ClassVar[str] = "mean_attention_ablation"
     _what = "mean attention ablation (pattern = its batch mean)"
 
-    def _replace(self, pattern: Tensor, heads: list[int]) -> Tensor:
+    def _replace(self, pattern: Tensor, heads: list[int], causal: bool = False) -> Tensor:
         out = pattern.clone()
         out[:, heads] = pattern[:, heads].mean(0, keepdim=True)
         return out

@@ -147,6 +147,8 @@ class ActivationPatch(Intervention):
         heads: Iterable[int] | None = None,
         positions: PositionSpec = None,
     ):
+        #: the source batch, when given as one: each model reads it its own way (model_tokens)
+        self._batch = source if isinstance(source, MatrixBatch) else None
         if isinstance(source, MatrixBatch):
             source = source.tokens
         if not (torch.is_tensor(source) or isinstance(source, SampledBatch)
@@ -219,10 +221,12 @@ class ActivationPatch(Intervention):
         """``{hook name: source activation}`` for every patched hook (runs the source if needed)."""
         names = self.acts_on(model)
         if torch.is_tensor(self.source) or isinstance(self.source, SampledBatch):
+            from tfmatcomp.datapath import model_tokens
+
+            batch = self.source.batch() if isinstance(self.source, SampledBatch) else self._batch
+            tokens = self.source if batch is None else model_tokens(model, batch)
             with torch.no_grad():
-                _, cache = model.run_with_cache(self.source.tokens.to(model.device)
-                                                if isinstance(self.source, SampledBatch) else
-                                                self.source.to(model.device),
+                _, cache = model.run_with_cache(tokens.to(model.device),
                                                 names_filter=lambda n: n in names)
             return {n: cache[n].detach() for n in names}
         out: dict[str, Tensor] = {}

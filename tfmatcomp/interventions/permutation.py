@@ -96,14 +96,17 @@ class PositionalPermutation(Intervention):
                 "perm[i] (embed.W_pos)")
 
     def acts_on(self, model) -> list[str]:
-        return ["embed.W_pos"]
+        from tfmatcomp.hook_names import pos_embed_param_name
+
+        return [pos_embed_param_name(model)]
 
     def weight_edits(self, model, params: Mapping[str, Tensor] | None = None) -> dict[str, Tensor]:
-        W = params["embed.W_pos"] if params is not None else model.embed.W_pos.detach()
+        name, = self.acts_on(model)  # embed.W_pos (encoder) or pos_embed.W_pos (decoder)
+        W = params[name] if params is not None else model.W_pos.detach()
         perm = self.permutation(model)
         if perm.numel() > W.shape[0]:
             raise ValueError(f"perm: has {perm.numel()} entries but the model has only "
                              f"{W.shape[0]} positions (n_ctx)")
         new = W.detach().clone()
         new[perm.to(W.device)] = W[:perm.numel()]
-        return {"embed.W_pos": new}
+        return {name: new}

@@ -95,18 +95,21 @@ class MaskSubstitution(Intervention):
                 "embed.hook_embed")
 
     def acts_on(self, model) -> list[str]:
-        return ["embed.hook_embed"]
+        from tfmatcomp.hook_names import embed_hook_name
+
+        return [embed_hook_name(model)]
 
     def transform_tokens(self, tokens: Int[Tensor, "batch pos"], model=None) -> Int[Tensor, "batch pos"]:
         """``tokens`` with every MASK id replaced by the value's id."""
-        mask_id = model.cfg.mask_token_id if model is not None else self.mask_token_id
+        mask_id = getattr(model.cfg, "mask_token_id", self.mask_token_id) if model is not None \
+            else self.mask_token_id
         return torch.where(tokens == mask_id, torch.full_like(tokens, self.token_id), tokens)
 
     def fwd_hooks(self, model) -> list[FwdHook]:
         if self.token_id >= model.cfg.d_vocab:
             raise ValueError(f"value: token id {self.token_id} is outside the model's vocabulary "
                              f"(d_vocab {model.cfg.d_vocab})")
-        mask_id = model.cfg.mask_token_id
+        mask_id = getattr(model.cfg, "mask_token_id", self.mask_token_id)  # the decoder's: 0
         W_E = model.embed.W_E
 
         def fn(emb: Tensor, hook: Any = None) -> Tensor:
@@ -119,4 +122,4 @@ class MaskSubstitution(Intervention):
             is_mask = (emb == mask_row).all(-1, keepdim=True)
             return torch.where(is_mask, table[self.token_id].to(emb.dtype), emb)
 
-        return [("embed.hook_embed", HookFn(fn, "edit", f"MASK -> {self.value:g}"))]
+        return [(self.acts_on(model)[0], HookFn(fn, "edit", f"MASK -> {self.value:g}"))]

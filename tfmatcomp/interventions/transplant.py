@@ -96,7 +96,8 @@ class WeightTransplant(Intervention):
             donor, info = load_checkpoint_info(donor)
             self.donor_checkpoint = {"checkpoint": str(info.path), "step": info.step}
         if not hasattr(donor, "named_parameters") or not hasattr(donor, "cfg"):
-            raise TypeError(f"donor: expected a HookedEncoder, got {type(donor).__name__}")
+            raise TypeError(f"donor: expected a HookedEncoder or HookedDecoder, got "
+                            f"{type(donor).__name__}")
         self.donor = donor
         self.params = [params] if isinstance(params, str) else (
             list(params) if hasattr(params, "__iter__") else [])
@@ -114,6 +115,7 @@ class WeightTransplant(Intervention):
 
     def _to_data(self) -> dict[str, Any]:
         donor = self.donor_checkpoint or {  # no path known: the transplanted values themselves
+            **({"kind": "decoder"} if _is_decoder_cfg(self.donor.cfg) else {}),
             "config": self.donor.cfg.to_dict(),
             "parameters": {n: tensor_to_data(p) for n, p in self.donor.named_parameters()
                            if n in set(self.parameter_names(self.donor))}}
@@ -123,7 +125,8 @@ class WeightTransplant(Intervention):
     @classmethod
     def _from_data(cls, fields: dict[str, Any], where: str) -> "WeightTransplant":
         where = f"{where}.donor"
-        donor = check_fields(fields["donor"], where, (), ("checkpoint", "step", "config", "parameters"))
+        donor = check_fields(fields["donor"], where, (),
+                             ("checkpoint", "step", "kind", "config", "parameters"))
         if "checkpoint" in donor:
             check_fields(donor, where, ("checkpoint",), ("step",))
             iv = cls(**{**fields, "donor": donor["checkpoint"]})
@@ -131,13 +134,19 @@ class WeightTransplant(Intervention):
                 raise ValueError(f"{where}: checkpoint {donor['checkpoint']} is at step "
                                  f"{iv.donor_checkpoint['step']}, the record says {donor['step']}")
             return iv
-        from tfmatcomp.config import EncoderConfig
+        from tfmatcomp.config import DecoderConfig, EncoderConfig
+        from tfmatcomp.decoder import HookedDecoder
         from tfmatcomp.model import HookedEncoder
 
-        check_fields(donor, where, ("config", "parameters"))
+        check_fields(donor, where, ("config", "parameters"), ("kind",))
         values = {n: tensor_from_data(t, f"{where}.parameters[{n!r}]")
                   for n, t in dict(donor["parameters"]).items()}
-        model = HookedEncoder(EncoderConfig.from_dict(donor["config"]))
+        kind = donor.get("kind", "encoder")
+        if kind not in ("encoder", "decoder"):
+            raise ValueError(f"{where}.kind: must be 'encoder' or 'decoder', got {kind!r}")
+        cfg_cls, model_cls = ((DecoderConfig, HookedDecoder) if kind == "decoder"
+                              else (EncoderConfig, HookedEncoder))
+        model = model_cls(cfg_cls.from_dict(donor["config"]))
         if values:
             model = model.to(next(iter(values.values())).dtype)
         own = dict(model.named_parameters())
@@ -194,3 +203,9 @@ class WeightTransplant(Intervention):
         own = dict(model.named_parameters())
         return {n: donor_params[n].detach().to(device=own[n].device, dtype=own[n].dtype).clone()
                 for n in self.parameter_names(model)}
+
+
+def _is_decoder_cfg(cfg) -> bool:
+    from tfmatcomp.config import DecoderConfig
+
+    return isinstance(cfg, DecoderConfig)

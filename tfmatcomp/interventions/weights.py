@@ -185,6 +185,8 @@ def parameter_override_hooks(
 
     Returns:
         ``[("embed.hook_embed", put the new values in), ("hook_readout", put the originals back)]``
+        for the encoder; for the decoder ``[("hook_embed", put them in)]`` (no hook follows its
+        unembedding, so the originals come back when ``model.hooks()`` removes the hooks)
         (see the module docs); the model's parameters are the originals again after every
         ``run_with_hooks`` / ``model.hooks()`` context.
 
@@ -192,6 +194,8 @@ def parameter_override_hooks(
         ValueError: unknown parameter names, wrong shapes, or (for ``embed.W_E``) a table whose
             rows are not distinct.
     """
+    from tfmatcomp.hook_names import embed_hook_name, readout_hook_name
+
     new = checked_edits(model, overrides)
     table = model.embed.W_E  # the nn.Parameter object: the original rows, also while substituted
     if "embed.W_E" in new and torch.unique(table.detach(), dim=0).shape[0] != table.shape[0]:
@@ -202,10 +206,13 @@ def parameter_override_hooks(
     def put_in(embedded: Tensor, hook: Any = None) -> Tensor | None:
         ids = lookup_ids(embedded, table.detach()) if "embed.W_E" in new else None
         sub.enter()
-        return None if ids is None else model.embed.token_embed(ids)
+        return None if ids is None else getattr(model.embed, "token_embed", model.embed)(ids)
 
     def put_back(activation: Tensor, hook: Any = None) -> None:
         sub.exit()
 
-    return [("embed.hook_embed", HookFn(put_in, "edit", f"{label}: parameters in", sub.exit)),
-            ("hook_readout", HookFn(put_back, "read", f"{label}: parameters back"))]
+    hooks = [(embed_hook_name(model), HookFn(put_in, "edit", f"{label}: parameters in", sub.exit))]
+    last = readout_hook_name(model)  # None (decoder): they go back when the hooks are removed
+    if last is not None:
+        hooks.append((last, HookFn(put_back, "read", f"{label}: parameters back")))
+    return hooks
