@@ -66,21 +66,37 @@ class _LayerState:
             counts[:cap] = self.ctx_counts
             self.ctx_sum, self.ctx_counts = sums, counts
 
-    def update(self, h: Tensor, mask: Tensor | None) -> None:
+    def update(self, h: Tensor, mask: Tensor | None, head: Tensor | None,
+               check: Callable[[], None]) -> None:
+        """Add ``h`` (after ``drop_first``; ``head`` is a float64 sum over the dropped positions,
+        checked with the rest). The batch's sums are formed first and checked for finiteness: a
+        NaN / inf valid entry makes them non-finite (float64 sums of float32 values cannot
+        overflow), and only then does ``check`` (the full check, counting the bad entries) run, so
+        a clean batch costs a reduction over ``[T, d]`` rather than one over all of ``h``."""
         C, T, d = h.shape
         h = h.to(device=self.device, dtype=self.dtype)
-        hm = masked(h, None if mask is None else mask.to(self.device))
-        w = valid_weights(h, mask)
+        w = None
+        if mask is not None:
+            mask = mask.to(self.device)
+            h = masked(h, mask)
+            w = valid_weights(h, mask)
+        pos_batch = h.sum(0)
+        finite = torch.isfinite(pos_batch).all()
+        if head is not None:
+            finite = finite & torch.isfinite(head.to(self.device)).all()
+        if not bool(finite):
+            check()  # raises naming the NaN / inf entries (a float64 overflow passes through)
         self._grow_positions(T)
-        self.pos_sum[:T] += hm.sum(0)
-        self.pos_counts[:T] += w.sum(0)
+        self.pos_sum[:T] += pos_batch
+        self.pos_counts[:T] += C if w is None else w.sum(0)
         if self.keep_ctx:
             self._grow_contexts(C)
-            self.ctx_sum[self.n_contexts:self.n_contexts + C] = hm.sum(1)
-            self.ctx_counts[self.n_contexts:self.n_contexts + C] = w.sum(1)
-        if self.raw_gram is not None:
-            flat = hm.reshape(-1, d)
-            self.raw_gram += flat.T @ flat
+            rows = slice(self.n_contexts, self.n_contexts + C)
+            torch.sum(h, 1, out=self.ctx_sum[rows])
+            self.ctx_counts[rows] = T if w is None else w.sum(1)
+        if self.raw_gram is not None:  # one float64 GEMM per layer and batch, in place
+            flat = h.reshape(C * T, d)
+            self.raw_gram.addmm_(flat.T, flat)
         self.n_contexts += C
 
     def tensors(self) -> list[Tensor]:
@@ -188,25 +204,30 @@ class DecompositionAccumulator:
     def update_one(self, name: str | int, h: Float[Tensor, "batch pos d"],
                    mask: Bool[Tensor, "batch pos"] | None = None) -> None:
         """Add one batch of contexts for the layer ``name``."""
-        h = check_activations(h, f"activations[{name!r}]")
+        label = f"activations[{name!r}]"
+        h = check_activations(h, label)
         mask = check_mask(mask, h)
-        check_finite_entries(h, mask, f"activations[{name!r}]")
         if h.shape[1] <= self.drop_first:
             raise ValueError(f"drop_first: {self.drop_first} leaves no position of a batch with "
                              f"{h.shape[1]} positions")
-        h = h.detach()[:, self.drop_first:]
+        full, full_mask = h.detach(), mask
+        head = None
+        if self.drop_first:  # dropped positions are checked for NaN / inf like the rest
+            kept = None if mask is None else mask[:, :self.drop_first]
+            head = masked(full[:, :self.drop_first], kept).sum(0, dtype=torch.float64)
+        h = full[:, self.drop_first:]
         if mask is not None:
             mask = mask[:, self.drop_first:]
         state = self._states.get(name)
         if state is None:
-            device = self.device or h.device
-            state = self._states[name] = _LayerState(h.shape[2], self.dtype, device,
-                                                     self.keep_ctx, self.second_moment)
+            state = _LayerState(h.shape[2], self.dtype, self.device or h.device,
+                                self.keep_ctx, self.second_moment)
         elif h.shape[2] != state.d:
             raise ValueError(f"activations[{name!r}]: feature size {h.shape[2]} differs from "
                              f"earlier batches ({state.d})")
         with torch.no_grad():
-            state.update(h, mask)
+            state.update(h, mask, head, lambda: check_finite_entries(full, full_mask, label))
+        self._states[name] = state  # a layer is known only once a batch of it was accepted
 
     def hook(self, name: str, mask: Tensor | None = None) -> Callable:
         """A TransformerLens hook function feeding ``name``'s activation into the accumulator."""

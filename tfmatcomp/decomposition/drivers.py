@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
+from tfmatcomp.decomposition.formula import check_mask
 from tfmatcomp.decomposition.result import Decomposition
 from tfmatcomp.hook_names import residual_stream_names
 
@@ -138,10 +139,12 @@ def _feed(
                 if device is not None:
                     tokens = tokens.to(device)
                     mask = None if mask is None else mask.to(device)
-                current["mask"] = mask
+                # checked and made bool once per batch, not once per hooked layer
+                sink_mask = None if mask is None else check_mask(mask, tokens[..., None])
+                current["mask"] = sink_mask
                 hooks = None
                 if modules is None:
-                    hooks = [(name, (lambda act, hook, _n=name, _m=mask: sink(_n, act, _m)))
+                    hooks = [(name, (lambda act, hook, _n=name, _m=sink_mask: sink(_n, act, _m)))
                              for name in names]
                 _run(model, tokens, mask, hooks, forward_kwargs)
                 n_tokens += int(tokens.numel() if mask is None else mask.sum())
