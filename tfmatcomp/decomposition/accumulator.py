@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tfmatcomp.decomposition._gram import RunningGram
 from tfmatcomp.decomposition.formula import (
     centered_means,
     check_activations,
@@ -46,7 +47,7 @@ class _LayerState:
         self.keep_ctx = keep_ctx
         self.ctx_sum = torch.zeros(0, d, dtype=dtype, device=device) if keep_ctx else None
         self.ctx_counts = torch.zeros(0, dtype=dtype, device=device) if keep_ctx else None
-        self.raw_gram = torch.zeros(d, d, dtype=dtype, device=device) if second_moment else None
+        self.raw_gram = RunningGram(d, dtype, device) if second_moment else None
         self.n_contexts = 0
 
     def _grow_positions(self, T: int) -> None:
@@ -59,11 +60,12 @@ class _LayerState:
         need = self.n_contexts + C
         cap = self.ctx_sum.shape[0]
         if need > cap:  # amortized doubling: a constant number of tensors, O(C d) numbers
-            new_cap = max(need, 2 * cap, 16)
-            sums = self.ctx_sum.new_zeros(new_cap, self.d)
-            sums[:cap] = self.ctx_sum
-            counts = self.ctx_counts.new_zeros(new_cap)
-            counts[:cap] = self.ctx_counts
+            new_cap = max(need, 2 * cap, 16)  # rows past n_contexts are scratch, never read
+            n = self.n_contexts
+            sums = self.ctx_sum.new_empty(new_cap, self.d)
+            sums[:n] = self.ctx_sum[:n]
+            counts = self.ctx_counts.new_empty(new_cap)
+            counts[:n] = self.ctx_counts[:n]
             self.ctx_sum, self.ctx_counts = sums, counts
 
     def update(self, h: Tensor, mask: Tensor | None, head: Tensor | None,
@@ -94,9 +96,8 @@ class _LayerState:
             rows = slice(self.n_contexts, self.n_contexts + C)
             torch.sum(h, 1, out=self.ctx_sum[rows])
             self.ctx_counts[rows] = T if w is None else w.sum(1)
-        if self.raw_gram is not None:  # one float64 GEMM per layer and batch, in place
-            flat = h.reshape(C * T, d)
-            self.raw_gram.addmm_(flat.T, flat)
+        if self.raw_gram is not None:  # one symmetric rank-k update per layer and batch
+            self.raw_gram.add(h.reshape(C * T, d))
         self.n_contexts += C
 
     def tensors(self) -> list[Tensor]:
@@ -104,7 +105,7 @@ class _LayerState:
         if self.keep_ctx:
             out += [self.ctx_sum, self.ctx_counts]
         if self.raw_gram is not None:
-            out.append(self.raw_gram)
+            out.append(self.raw_gram.tensor)
         return out
 
     def stats(self) -> tuple[Tensor, Tensor, float]:
@@ -260,7 +261,7 @@ class DecompositionAccumulator:
             ctx = centered_means(state.ctx_sum[:state.n_contexts], ctx_counts, mu)
         cg = None
         if state.raw_gram is not None:
-            cg = state.raw_gram - n * torch.outer(mu, mu)
+            cg = state.raw_gram.full() - n * torch.outer(mu, mu)
         return Decomposition(mu=mu, pos=pos, ctx=ctx, resid=None, mask=None,
                              pos_counts=state.pos_counts.clone(), ctx_counts=ctx_counts,
                              n_tokens=int(n), n_contexts=state.n_contexts, centered_gram=cg,
