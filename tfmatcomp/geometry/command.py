@@ -34,7 +34,8 @@ from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
-from tfmatcomp.geometry.theory import kernel_factorization_error, positional_projection, theorem1_table
+from tfmatcomp.geometry.theory import (_factorization_errors, _matched_inputs, positional_projection,
+                                       theorem1_table)
 from tfmatcomp.report.sections import Section
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
@@ -182,10 +183,10 @@ def _theory(g: GeometryContext, s: Section) -> None:
         c = res.cvec[:n_ctx].reshape(-1, res.d_model)
         rank = g.summary["rank_estimate"].iloc[l]  # ScreeNOT rank of pos at h^(l)
         K = max(1, min(int(rank) if rank == rank and rank > 0 else 20, *res.pos.shape))
-        proj = positional_projection(res.pos, K)
-        W_Q, W_K, _, _ = g.model.qk_weights(l)
-        errs = [kernel_factorization_error(t, c, (W_Q[h] @ W_K[h].T).double() / math.sqrt(W_Q.shape[-1]),
-                                           proj) for h in range(g.model.n_heads)]
+        x, u = _matched_inputs(t, c, positional_projection(res.pos, K))
+        W_Q, W_K, _, _ = g.model.qk_weights(l)  # W = (W_Q / sqrt(d_head)) W_K^T, kept factored
+        errs = _factorization_errors(x, u, [(W_Q[h] / math.sqrt(W_Q.shape[-1]), W_K[h])
+                                            for h in range(g.model.n_heads)])
         rows.append({"layer": l, "K": K, "relative": sum(e["relative"] for e in errs) / len(errs),
                      "error_mean": sum(e["error_mean"] for e in errs) / len(errs),
                      "incoherence_max": incoherence(res.pos, g.attention_inputs[key].ctx).max})
