@@ -90,7 +90,7 @@ def induction_scores(
     ``window >= period - 1`` the neighbour keys include the copy key (the paper: period 8, a few).
 
     Example:
-        >>> T, period = 6, 3
+        >>> T, period = 10, 5
         >>> copy = torch.zeros(1, 1, T, T)
         >>> for i in range(T):
         ...     copy[0, 0, i, i - period + 1 if i >= period else 0] = 1
