@@ -6,6 +6,8 @@ in the same process:
 * ``forward``: ``model(tokens, return_type=None)`` alone (the baseline);
 * ``forward + accumulate``: :func:`tfmatcomp.decomposition.accumulate` over the same batches
   (hooks feeding the accumulator for every residual-stream layer);
+* ``forward + accumulate, second_moment=False``: the same without the ``d x d`` second moment
+  (what the float64 Gram for the relative norm costs);
 * ``accumulate only``: ``DecompositionAccumulator.update`` on activations cached beforehand.
 
 The forward and the accumulate runs alternate (``--repeats`` pairs) so that a machine whose load
@@ -118,9 +120,13 @@ def main() -> None:
         def forward_accumulate():
             accumulate(model, tokens, names, progress=False)
 
-        pairs = [(_time_once(forward_only, device), _time_once(forward_accumulate, device))
-                 for _ in range(args.repeats)]
+        def forward_accumulate_means():
+            accumulate(model, tokens, names, second_moment=False, progress=False)
+
+        pairs = [(_time_once(forward_only, device), _time_once(forward_accumulate, device),
+                  _time_once(forward_accumulate_means, device)) for _ in range(args.repeats)]
         t_fwd, t_acc = min(p[0] for p in pairs), min(p[1] for p in pairs)
+        t_means = min(p[2] for p in pairs)
         ratio = t_acc / t_fwd
         ratio_pairs = statistics.median(p[1] / p[0] for p in pairs)
 
@@ -137,9 +143,10 @@ def main() -> None:
 
     print(f"time (fastest of {args.repeats} runs; forward and accumulate runs alternate):")
     rows = [("forward only (baseline)", t_fwd), ("forward + accumulate", t_acc),
+            ("forward + accumulate, second_moment=False", t_means),
             ("accumulate only (cached activations)", t_upd)]
     for label, t in rows:
-        print(f"  {label:40s} {t:8.3f} s  {n_tokens / t:14,.0f} tokens/s")
+        print(f"  {label:42s} {t:8.3f} s  {n_tokens / t:14,.0f} tokens/s")
     print(f"  accumulate overhead on the forward pass: {ratio:.3f}x (+{100 * (ratio - 1):.1f}%; "
           f"median over the alternating pairs {ratio_pairs:.3f}x); accumulator alone is "
           f"{t_fwd / t_upd:.2f}x the forward-pass token rate")

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
@@ -131,9 +132,16 @@ def _feed(
             def fn(mod, args, output, _name=name):
                 sink(_name, _output_tensor(output), current["mask"])
             handles.append(module.register_forward_hook(fn))
+    # hook names: registered once for the whole stream (TransformerLens's ``hooks`` context) rather
+    # than by one run_with_hooks per batch; the hooks read the current batch's mask
+    held = modules is None and hasattr(model, "hooks")
+    stream_hooks = contextlib.nullcontext()
+    if held:
+        stream_hooks = model.hooks(fwd_hooks=[
+            (name, lambda act, hook, _n=name: sink(_n, act, current["mask"])) for name in names])
     n_tokens = 0
     try:
-        with torch.no_grad():
+        with torch.no_grad(), stream_hooks:
             for batch in tqdm(batches, total=total, disable=not progress, desc=desc, unit="batch"):
                 tokens, mask = _unpack_batch(batch)
                 if device is not None:
@@ -143,7 +151,7 @@ def _feed(
                 sink_mask = None if mask is None else check_mask(mask, tokens[..., None])
                 current["mask"] = sink_mask
                 hooks = None
-                if modules is None:
+                if modules is None and not held:
                     hooks = [(name, (lambda act, hook, _n=name, _m=sink_mask: sink(_n, act, _m)))
                              for name in names]
                 _run(model, tokens, mask, hooks, forward_kwargs)
