@@ -183,6 +183,52 @@ def test_accumulator_memory_does_not_grow_with_batches():
     assert growth <= 2 * (per_layer_ctx_capacity * (6 + 1) * 8)
 
 
+def test_accumulator_state_flat_in_contexts_through_a_model(tiny_model, task4):
+    """Streaming 8 or 64 contexts through the model leaves the same state (keep_ctx=False); with
+    keep_ctx=True only the per-context means (d + 1 numbers per context and layer) are added."""
+    def stream(n_batches, keep_ctx):
+        g = torch.Generator().manual_seed(0)
+        return accumulate(tiny_model, (task4.sample(8, generator=g) for _ in range(n_batches)),
+                          keep_ctx=keep_ctx, progress=False)
+
+    small, large = stream(1, False), stream(8, False)
+    assert (small.n_contexts(), large.n_contexts()) == (8, 64)
+    assert [tuple(t.shape) for t in small.retained_tensors()] == \
+        [tuple(t.shape) for t in large.retained_tensors()]
+    assert small.nbytes() == large.nbytes()
+    small, large = stream(1, True), stream(8, True)
+    d, layers = tiny_model.cfg.d_model, len(large.names)
+    capacity = large._states[large.names[0]].ctx_sum.shape[0]
+    assert 64 <= capacity < 2 * 64
+    assert large.nbytes() - small.nbytes() <= layers * capacity * (d + 1) * 8
+    assert torch.equal(large.result().centered_gram, large.result().centered_gram.T)
+
+
+def test_running_gram_both_paths_and_nan_batches():
+    from tfmatcomp.decomposition._gram import RunningGram
+
+    x = _h(40, 3, 7, dtype=F64).reshape(-1, 7)
+    grams = [RunningGram(7, F64, torch.device("cpu")) for _ in range(2)]
+    grams[1]._syrk = None  # the GEMM path taken on CUDA
+    for g in grams:
+        for rows in x.split(25):
+            g.add(rows)
+        assert torch.allclose(g.full(), x.T @ x, rtol=0, atol=1e-10)
+    # a batch with NaN is refused whole: no partial sums, and a first one registers no layer
+    acc = DecompositionAccumulator(drop_first=1)
+    bad = _h(2, 4, 3)
+    bad[1, 0, 2] = float("nan")  # in a dropped position: still checked, as in decompose()
+    with pytest.raises(ValueError, match="1 NaN"):
+        acc.update({"a": bad})
+    assert acc.names == []
+    acc.update({"a": _h(2, 4, 3)})
+    before = acc.result("a")
+    with pytest.raises(ValueError, match="must be finite"):
+        acc.update({"a": bad})
+    after = acc.result("a")
+    assert after.n_contexts == 2 and torch.equal(after.pos, before.pos)
+
+
 def test_accumulate_model_retains_no_activations(tiny_model, task4):
     g = torch.Generator().manual_seed(0)
 

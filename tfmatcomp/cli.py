@@ -259,7 +259,7 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drop-first", type=int, default=1, help="leading tokens dropped (1: the "
                    "paper's first-token artifact)")
     p.add_argument("--seed", type=int, default=0, help="which windows are drawn")
-    p.add_argument("--sections", help="comma-separated subset of table1, pca, gram, clusters, qk, theory")
+    p.add_argument("--sections", help="comma-separated subset of table1, pca, gram, clusters, qk, theory, induction")
     p.add_argument("--device", help="cpu or cuda (default: cpu)")
     p.add_argument("--no-progress", action="store_true")
 

@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tfmatcomp.decomposition._gram import RunningGram
 from tfmatcomp.decomposition.formula import (
     centered_means,
     check_activations,
@@ -46,7 +47,7 @@ class _LayerState:
         self.keep_ctx = keep_ctx
         self.ctx_sum = torch.zeros(0, d, dtype=dtype, device=device) if keep_ctx else None
         self.ctx_counts = torch.zeros(0, dtype=dtype, device=device) if keep_ctx else None
-        self.raw_gram = torch.zeros(d, d, dtype=dtype, device=device) if second_moment else None
+        self.raw_gram = RunningGram(d, dtype, device) if second_moment else None
         self.n_contexts = 0
 
     def _grow_positions(self, T: int) -> None:
@@ -59,28 +60,44 @@ class _LayerState:
         need = self.n_contexts + C
         cap = self.ctx_sum.shape[0]
         if need > cap:  # amortized doubling: a constant number of tensors, O(C d) numbers
-            new_cap = max(need, 2 * cap, 16)
-            sums = self.ctx_sum.new_zeros(new_cap, self.d)
-            sums[:cap] = self.ctx_sum
-            counts = self.ctx_counts.new_zeros(new_cap)
-            counts[:cap] = self.ctx_counts
+            new_cap = max(need, 2 * cap, 16)  # rows past n_contexts are scratch, never read
+            n = self.n_contexts
+            sums = self.ctx_sum.new_empty(new_cap, self.d)
+            sums[:n] = self.ctx_sum[:n]
+            counts = self.ctx_counts.new_empty(new_cap)
+            counts[:n] = self.ctx_counts[:n]
             self.ctx_sum, self.ctx_counts = sums, counts
 
-    def update(self, h: Tensor, mask: Tensor | None) -> None:
+    def update(self, h: Tensor, mask: Tensor | None, head: Tensor | None,
+               check: Callable[[], None]) -> None:
+        """Add ``h`` (after ``drop_first``; ``head`` is a float64 sum over the dropped positions,
+        checked with the rest). The batch's sums are formed first and checked for finiteness: a
+        NaN / inf valid entry makes them non-finite (float64 sums of float32 values cannot
+        overflow), and only then does ``check`` (the full check, counting the bad entries) run, so
+        a clean batch costs a reduction over ``[T, d]`` rather than one over all of ``h``."""
         C, T, d = h.shape
         h = h.to(device=self.device, dtype=self.dtype)
-        hm = masked(h, None if mask is None else mask.to(self.device))
-        w = valid_weights(h, mask)
+        w = None
+        if mask is not None:
+            mask = mask.to(self.device)
+            h = masked(h, mask)
+            w = valid_weights(h, mask)
+        pos_batch = h.sum(0)
+        finite = torch.isfinite(pos_batch).all()
+        if head is not None:
+            finite = finite & torch.isfinite(head.to(self.device)).all()
+        if not bool(finite):
+            check()  # raises naming the NaN / inf entries (a float64 overflow passes through)
         self._grow_positions(T)
-        self.pos_sum[:T] += hm.sum(0)
-        self.pos_counts[:T] += w.sum(0)
+        self.pos_sum[:T] += pos_batch
+        self.pos_counts[:T] += C if w is None else w.sum(0)
         if self.keep_ctx:
             self._grow_contexts(C)
-            self.ctx_sum[self.n_contexts:self.n_contexts + C] = hm.sum(1)
-            self.ctx_counts[self.n_contexts:self.n_contexts + C] = w.sum(1)
-        if self.raw_gram is not None:
-            flat = hm.reshape(-1, d)
-            self.raw_gram += flat.T @ flat
+            rows = slice(self.n_contexts, self.n_contexts + C)
+            torch.sum(h, 1, out=self.ctx_sum[rows])
+            self.ctx_counts[rows] = T if w is None else w.sum(1)
+        if self.raw_gram is not None:  # one symmetric rank-k update per layer and batch
+            self.raw_gram.add(h.reshape(C * T, d))
         self.n_contexts += C
 
     def combine(self, reduce_sum: Callable[[Tensor], Tensor],
@@ -88,8 +105,8 @@ class _LayerState:
         """Replace the sums by ``reduce_sum`` of them and the per-context rows by
         ``gather_rows`` of them (see :meth:`DecompositionAccumulator.combine`)."""
         self.pos_sum, self.pos_counts = reduce_sum(self.pos_sum), reduce_sum(self.pos_counts)
-        if self.raw_gram is not None:
-            self.raw_gram = reduce_sum(self.raw_gram)
+        if self.raw_gram is not None:  # every part holds the same triangle (or all of it)
+            self.raw_gram.replace(reduce_sum(self.raw_gram.tensor))
         if self.keep_ctx:
             self.ctx_sum = gather_rows(self.ctx_sum[:self.n_contexts])
             self.ctx_counts = gather_rows(self.ctx_counts[:self.n_contexts])
@@ -103,7 +120,7 @@ class _LayerState:
         if self.keep_ctx:
             out += [self.ctx_sum, self.ctx_counts]
         if self.raw_gram is not None:
-            out.append(self.raw_gram)
+            out.append(self.raw_gram.tensor)
         return out
 
     def stats(self) -> tuple[Tensor, Tensor, float]:
@@ -208,28 +225,35 @@ class DecompositionAccumulator:
     def update_one(self, name: str | int, h: Float[Tensor, "batch pos d"],
                    mask: Bool[Tensor, "batch pos"] | None = None) -> None:
         """Add one batch of contexts for the layer ``name``."""
-        h = check_activations(h, f"activations[{name!r}]")
+        label = f"activations[{name!r}]"
+        h = check_activations(h, label)
         mask = check_mask(mask, h)
-        check_finite_entries(h, mask, f"activations[{name!r}]")
         if h.shape[1] <= self.drop_first:
             raise ValueError(f"drop_first: {self.drop_first} leaves no position of a batch with "
                              f"{h.shape[1]} positions")
-        h = h.detach()[:, self.drop_first:]
+        full, full_mask = h.detach(), mask
+        head = None
+        if self.drop_first:  # dropped positions are checked for NaN / inf like the rest
+            kept = None if mask is None else mask[:, :self.drop_first]
+            head = masked(full[:, :self.drop_first], kept).sum(0, dtype=torch.float64)
+        h = full[:, self.drop_first:]
         if mask is not None:
             mask = mask[:, self.drop_first:]
         state = self._states.get(name)
         if state is None:
-            state = self._add_layer(name, h.shape[2], h.device)
+            state = self._new_layer(h.shape[2], h.device)
         elif h.shape[2] != state.d:
             raise ValueError(f"activations[{name!r}]: feature size {h.shape[2]} differs from "
                              f"earlier batches ({state.d})")
         with torch.no_grad():
-            state.update(h, mask)
+            state.update(h, mask, head, lambda: check_finite_entries(full, full_mask, label))
+        self._states[name] = state  # a layer is known only once a batch of it was accepted
+
+    def _new_layer(self, d: int, device: torch.device) -> _LayerState:
+        return _LayerState(d, self.dtype, self.device or device, self.keep_ctx, self.second_moment)
 
     def _add_layer(self, name: str | int, d: int, device: torch.device) -> _LayerState:
-        state = _LayerState(d, self.dtype, self.device or device, self.keep_ctx,
-                            self.second_moment)
-        self._states[name] = state
+        self._states[name] = state = self._new_layer(d, device)
         return state
 
     def combine(self, reduce_sum: Callable[[Tensor], Tensor],
@@ -301,7 +325,7 @@ class DecompositionAccumulator:
             ctx = centered_means(state.ctx_sum[:state.n_contexts], ctx_counts, mu)
         cg = None
         if state.raw_gram is not None:
-            cg = state.raw_gram - n * torch.outer(mu, mu)
+            cg = state.raw_gram.full() - n * torch.outer(mu, mu)
         return Decomposition(mu=mu, pos=pos, ctx=ctx, resid=None, mask=None,
                              pos_counts=state.pos_counts.clone(), ctx_counts=ctx_counts,
                              n_tokens=int(n), n_contexts=state.n_contexts, centered_gram=cg,

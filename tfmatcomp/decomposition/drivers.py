@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
+from tfmatcomp.decomposition.formula import check_mask
 from tfmatcomp.decomposition.result import Decomposition
 from tfmatcomp.hook_names import residual_stream_names
 
@@ -130,18 +132,27 @@ def _feed(
             def fn(mod, args, output, _name=name):
                 sink(_name, _output_tensor(output), current["mask"])
             handles.append(module.register_forward_hook(fn))
+    # hook names: registered once for the whole stream (TransformerLens's ``hooks`` context) rather
+    # than by one run_with_hooks per batch; the hooks read the current batch's mask
+    held = modules is None and hasattr(model, "hooks")
+    stream_hooks = contextlib.nullcontext()
+    if held:
+        stream_hooks = model.hooks(fwd_hooks=[
+            (name, lambda act, hook, _n=name: sink(_n, act, current["mask"])) for name in names])
     n_tokens = 0
     try:
-        with torch.no_grad():
+        with torch.no_grad(), stream_hooks:
             for batch in tqdm(batches, total=total, disable=not progress, desc=desc, unit="batch"):
                 tokens, mask = _unpack_batch(batch)
                 if device is not None:
                     tokens = tokens.to(device)
                     mask = None if mask is None else mask.to(device)
-                current["mask"] = mask
+                # checked and made bool once per batch, not once per hooked layer
+                sink_mask = None if mask is None else check_mask(mask, tokens[..., None])
+                current["mask"] = sink_mask
                 hooks = None
-                if modules is None:
-                    hooks = [(name, (lambda act, hook, _n=name, _m=mask: sink(_n, act, _m)))
+                if modules is None and not held:
+                    hooks = [(name, (lambda act, hook, _n=name, _m=sink_mask: sink(_n, act, _m)))
                              for name in names]
                 _run(model, tokens, mask, hooks, forward_kwargs)
                 n_tokens += int(tokens.numel() if mask is None else mask.sum())

@@ -39,16 +39,13 @@ def label_similarity_matrix(vectors: Float[Tensor, "n d"], labels: Int[Tensor, "
     if labels.shape != (cos.shape[0],):
         raise ValueError(f"labels: expected one label per vector ({cos.shape[0]}), got "
                          f"{tuple(labels.shape)}")
-    uniq = torch.unique(labels)
-    k = len(uniq)
-    off = ~torch.eye(cos.shape[0], dtype=torch.bool, device=cos.device)
-    out = torch.full((k, k), float("nan"), dtype=torch.float64)
-    for i, a in enumerate(uniq):
-        for j, b in enumerate(uniq):
-            sel = (labels[:, None] == a) & (labels[None, :] == b) & off
-            if sel.any():
-                out[i, j] = cos[sel].mean()
-    return out
+    _, inverse = torch.unique(labels, return_inverse=True)
+    onehot = torch.nn.functional.one_hot(inverse).to(cos.dtype)  # [n, k]
+    off = 1 - torch.eye(cos.shape[0], dtype=cos.dtype, device=cos.device)
+    sums = onehot.T @ (cos * off) @ onehot  # one pass over the n x n cosines, not k^2 masks
+    counts = onehot.T @ off @ onehot
+    out = sums / counts  # 0 / 0 = NaN where a pair of labels has no pair of vectors
+    return out.to(torch.float64).cpu()
 
 
 def compactness_table(residuals: Mapping[str, Decomposition], labels: Int[Tensor, "ctx"], *,

@@ -11,7 +11,7 @@ null token that draws most attention and distorts the geometry.
 Example:
     >>> from tfmatcomp.geometry.command import SECTIONS
     >>> list(SECTIONS)
-    ['table1', 'pca', 'gram', 'clusters', 'qk', 'theory']
+    ['table1', 'pca', 'gram', 'clusters', 'qk', 'theory', 'induction']
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from tfmatcomp.decomposition import Decomposition
 from tfmatcomp.geometry import paper
 from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
 from tfmatcomp.geometry.corpus import Contexts, cut_contexts, read_documents
+from tfmatcomp.geometry.induction import induction_study
 from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
-from tfmatcomp.geometry.theory import kernel_factorization_error, positional_projection, theorem1_table
+from tfmatcomp.geometry.theory import (_factorization_errors, _matched_inputs, positional_projection,
+                                       theorem1_table)
 from tfmatcomp.report.sections import Section
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
@@ -57,6 +59,7 @@ class GeometryContext:
     text: str
     drop_first: int
     summary: pd.DataFrame = field(default_factory=pd.DataFrame)
+    seed: int = 0
 
 
 @dataclass
@@ -182,10 +185,10 @@ def _theory(g: GeometryContext, s: Section) -> None:
         c = res.cvec[:n_ctx].reshape(-1, res.d_model)
         rank = g.summary["rank_estimate"].iloc[l]  # ScreeNOT rank of pos at h^(l)
         K = max(1, min(int(rank) if rank == rank and rank > 0 else 20, *res.pos.shape))
-        proj = positional_projection(res.pos, K)
-        W_Q, W_K, _, _ = g.model.qk_weights(l)
-        errs = [kernel_factorization_error(t, c, (W_Q[h] @ W_K[h].T).double() / math.sqrt(W_Q.shape[-1]),
-                                           proj) for h in range(g.model.n_heads)]
+        x, u = _matched_inputs(t, c, positional_projection(res.pos, K))
+        W_Q, W_K, _, _ = g.model.qk_weights(l)  # W = (W_Q / sqrt(d_head)) W_K^T, kept factored
+        errs = _factorization_errors(x, u, [(W_Q[h] / math.sqrt(W_Q.shape[-1]), W_K[h])
+                                            for h in range(g.model.n_heads)])
         rows.append({"layer": l, "K": K, "relative": sum(e["relative"] for e in errs) / len(errs),
                      "error_mean": sum(e["error_mean"] for e in errs) / len(errs),
                      "incoherence_max": incoherence(res.pos, g.attention_inputs[key].ctx).max})
@@ -201,6 +204,29 @@ def _theory(g: GeometryContext, s: Section) -> None:
               "relative to the logit, beside the incoherence, averaged over heads.")
 
 
+def _induction(g: GeometryContext, s: Section) -> None:
+    from tfmatcomp.plotting.decomposition import qk_figure
+    from tfmatcomp.plotting.geometry import induction_figure
+
+    inputs = {l: g.attention_inputs[k] for l, k in enumerate(g.model.attention_input_keys)}
+    prefix = g.contexts.tokens[0, :g.drop_first].tolist()  # as the contexts start (BERT: [CLS])
+    study = induction_study(g.model, inputs, prefix=prefix,
+                            generator=torch.Generator().manual_seed(g.seed))
+    s.items.append(induction_figure(study.table))
+    for kind in ("self_token", "neighbor", "copy"):
+        layer, head = study.best(kind)
+        s.items.append(qk_figure(study.components[layer], head=head,
+                                 title=f"{kind}: layer {layer}, head {head}"))
+    s.items.append(study.table.drop(columns=[c for c in study.table if c.startswith("spread_")]))
+    s.text = ("Section 4.1: 8 random tokens repeated 3 times (4 sequences), the four QK components "
+              "of every head with pos and mu from the first pass. Scores: mean attention, over "
+              "queries in the repeats, to the previous identical token (self-token), to the previous "
+              "3 tokens (neighbour) and to the token after the previous occurrence (copy: the "
+              "induction head). Below, the four components of the best head of each type; the "
+              "paper finds cvec-cvec dominant for self-token heads and pos-pos for neighbour heads "
+              "(the table's 'dominant' is the component with the largest spread over keys).")
+
+
 SECTIONS: dict[str, tuple[str, Callable[[GeometryContext, Section], None]]] = {
     "table1": ("Table 1 per layer, beside the paper", _table1),
     "pca": ("Positional basis and cvecs (Fig. 1)", _pca),
@@ -208,6 +234,7 @@ SECTIONS: dict[str, tuple[str, Callable[[GeometryContext, Section], None]]] = {
     "clusters": ("Context clusters by document (Section 3)", _clusters),
     "qk": ("QK decomposition and rotated W_QK (Figs. 4-5)", _qk),
     "theory": ("The theorems measured (Sections 2.3, 4.3)", _theory),
+    "induction": ("Induction heads on repeated random tokens (Section 4.1)", _induction),
 }
 
 
@@ -297,7 +324,7 @@ def run_geometry(
                             attention_inputs={k: results[k] for k in gm.attention_input_keys},
                             residuals=residuals, second_labels=contexts.labels[rows], layer=layer,
                             head=head, model_dir=str(model_dir), text=str(text),
-                            drop_first=drop_first,
+                            drop_first=drop_first, seed=seed,
                             summary=summary_table(list(stream.values()), contexts.labels))
         from tfmatcomp.report.build import _compute
         from tfmatcomp.report.render import page

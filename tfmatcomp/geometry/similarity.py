@@ -160,18 +160,17 @@ def cluster_separation(
     check_non_negative("ridge", ridge)
     x = x - x.mean(0)
     if check_positive_int("n_components", n_components, allow_none=True) is not None:
-        _, _, vh = torch.linalg.svd(x, full_matrices=False)
-        x = x @ vh[:n_components].T
+        # top principal directions from the d x d covariance (eigh), not an SVD of the N x d data
+        _, vecs = torch.linalg.eigh(x.T @ x)
+        x = x @ vecs.flip(1)[:, :n_components]
     N, d = x.shape
-    sw = torch.zeros(d, d, dtype=x.dtype, device=x.device)
-    sb = torch.zeros(d, d, dtype=x.dtype, device=x.device)
-    for k in torch.unique(labels):
-        xk = x[labels == k]
-        mk = xk.mean(0)
-        dk = xk - mk
-        sw += dk.T @ dk
-        sb += xk.shape[0] * torch.outer(mk, mk)  # overall mean is 0 after centering
-    sw, sb = sw / N, sb / N
+    _, inverse = torch.unique(labels, return_inverse=True)
+    onehot = torch.nn.functional.one_hot(inverse).to(x.dtype)  # [N, k]
+    sizes = onehot.sum(0)
+    means = (onehot.T @ x) / sizes[:, None]  # [k, d] cluster means (overall mean is 0)
+    sb = (means.T * sizes) @ means / N  # (1/N) sum_k n_k m_k m_k^T
+    dev = x - means[inverse]
+    sw = dev.T @ dev / N
     if ridge > 0:
         sw = sw + ridge * (torch.trace(sw) / d) * torch.eye(d, dtype=x.dtype, device=x.device)
     try:

@@ -148,13 +148,18 @@ def positional_projection(pos: Float[Tensor, "T d"], K: int) -> Float[Tensor, "d
 def kernel_factorization_error(
     x_pos: Float[Tensor, "n d"],
     x_cvec: Float[Tensor, "n d"],
-    W: Float[Tensor, "d d"],
+    W: Float[Tensor, "d d"] | tuple[Tensor, Tensor],
     projection: Float[Tensor, "d d"],
 ) -> dict[str, float]:
     """Theorem 2's factorization error over all query-key pairs of ``n`` vectors.
 
+    ``W`` is the ``d x d`` bilinear form, or a pair ``(A, B)`` with ``W = A B^T`` (e.g.
+    ``(W_Q / sqrt(d_head), W_K)``: ``d x d_head`` factors, far cheaper for a low-rank ``W_QK``).
     Returns ``{"error_mean", "error_max", "logit_mean", "relative"}``: mean / max ``|error|`` of
     ``log K_W`` over pairs, the mean ``|x^q W x^k|``, and their ratio.
+
+    The four matched terms are ``u W u^T`` with ``u = c Pi_ctx + t Pi_pos`` (each part projected on
+    its own subspace), so the error is ``x W x^T - u W u^T``.
 
     Example:
         >>> import torch
@@ -165,14 +170,33 @@ def kernel_factorization_error(
         >>> kernel_factorization_error(t, c, torch.randn(4, 4, generator=g, dtype=torch.float64), Pi)["error_max"] < 1e-12
         True
     """
+    x, u = _matched_inputs(x_pos, x_cvec, projection)
+    return _factorization_errors(x, u, [W])[0]
+
+
+def _matched_inputs(x_pos: Tensor, x_cvec: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
+    """``x = t + c`` and ``u = c Pi_ctx + t Pi_pos`` in float64 (shared by every head of a layer)."""
     f64 = torch.float64
-    t, c, W, Pp = (v.detach().to(f64) for v in (x_pos, x_cvec, W, projection))
-    Pc = torch.eye(W.shape[0], dtype=f64, device=W.device) - Pp
-    x = t + c
-    full = x @ W @ x.T
-    matched = (c @ (Pc @ W @ Pc) @ c.T + c @ (Pc @ W @ Pp) @ t.T + t @ (Pp @ W @ Pc) @ c.T
-               + t @ (Pp @ W @ Pp) @ t.T)
-    err = (full - matched).abs()
-    logit = float(full.abs().mean())
-    return {"error_mean": float(err.mean()), "error_max": float(err.max()), "logit_mean": logit,
-            "relative": float(err.mean()) / logit if logit > 0 else float("nan")}
+    t, c, Pp = (v.detach().to(f64) for v in (x_pos, x_cvec, projection))
+    return t + c, c + (t - c) @ Pp  # c (I - Pp) + t Pp
+
+
+def _factorization_errors(x: Float[Tensor, "n d"], u: Float[Tensor, "n d"],
+                         forms: list[Tensor | tuple[Tensor, Tensor]]) -> list[dict[str, float]]:
+    """:func:`kernel_factorization_error` for several forms ``W`` (e.g. every head of a layer) on
+    the same inputs ``x = t + c`` and ``u = c Pi_ctx + t Pi_pos`` (see ``_matched_inputs``)."""
+    out = []
+    for W in forms:
+        A, B = (W, None) if torch.is_tensor(W) else W
+        A = A.detach().to(x)
+        if B is None:
+            full, matched = (x @ A) @ x.T, (u @ A) @ u.T
+        else:
+            B = B.detach().to(x)
+            full, matched = (x @ A) @ (x @ B).T, (u @ A) @ (u @ B).T
+        err = (full - matched).abs()
+        logit = float(full.abs().mean())
+        out.append({"error_mean": float(err.mean()), "error_max": float(err.max()),
+                    "logit_mean": logit,
+                    "relative": float(err.mean()) / logit if logit > 0 else float("nan")})
+    return out

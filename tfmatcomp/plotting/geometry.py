@@ -20,7 +20,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 __all__ = ["layer_measurements_figure", "label_similarity_figure", "rotated_wqk_figure",
-           "theorem1_figure", "theorem2_figure"]
+           "theorem1_figure", "theorem2_figure", "induction_figure"]
 
 _PANELS = (("rank_estimate", "ScreeNOT rank of pos"), ("stable_rank", "stable rank of pos"),
            ("relative_norm", "relative norm of pos"), ("incoherence_max", "incoherence (max |cos|)"),
@@ -117,3 +117,19 @@ def theorem2_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figu
                       xaxis_title="layer (attention input of block)", height=380, width=720)
     return fig
 
+
+def induction_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figure:
+    """Seed 003 Section 4.1: the three head-type scores (self-token, neighbour, copy) of every
+    (layer, head), from :func:`~tfmatcomp.geometry.induction.induction_study`'s table."""
+    types = (("self_token", "attention to self-tokens"), ("neighbor", "to neighbouring tokens"),
+             ("copy", "to the token being copied"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in types], horizontal_spacing=0.06)
+    for j, (col, _) in enumerate(types):
+        grid = table.pivot(index="layer", columns="head", values=col)
+        fig.add_trace(go.Heatmap(z=grid.values, x=list(grid.columns), y=list(grid.index), zmin=0,
+                                 zmax=1, colorscale="Viridis", showscale=j == 2), row=1, col=j + 1)
+        fig.update_xaxes(title_text="head", row=1, col=j + 1)
+        fig.update_yaxes(title_text="layer" if j == 0 else None, row=1, col=j + 1)
+    fig.update_layout(title=title or "Head types on repeated random tokens (mean attention)",
+                      height=320, width=900)
+    return fig
