@@ -43,6 +43,7 @@ def test_component_training_section_says_how_to_compute_it(gaps):
     s = _section(gaps, "components")
     assert s.items == []
     assert "Not computed for this run" in s.text and "component_training" in s.text
+    assert "a copy of this bundled run" in s.text  # never a path inside the installed package
     assert "Fig. 8" in s.text
 
 

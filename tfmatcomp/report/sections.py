@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
@@ -118,10 +119,13 @@ def _components(ctx: RunContext, s: Section) -> None:
     if not all(p.exists() for p in logs.values()):
         # Five training runs as long as the run itself: far too long for a report to start on its
         # own (a short run would show no plateau), so the section says how to produce them.
+        bundled = Path(__file__).resolve().parents[1] / "pretrained"
+        where = ("a copy of this bundled run (the package's own files stay as shipped)"
+                 if bundled in ctx.run_dir.resolve().parents else str(ctx.run_dir))
         s.text += (f"Not computed for this run: it needs five training runs as long as the run "
                    f"itself. Run tfmatcomp.dynamics.component_training(<post-shift checkpoint>, "
-                   f"out_dir='{saved}', n_steps=<the run's step count>) and build the report "
-                   f"again; it reads the curves from there.")
+                   f"out_dir=<run directory>/components, n_steps=<the run's step count>) on "
+                   f"{where} and build the report on it again; it reads the curves from there.")
         return
     df = pd.concat([read_metrics(p).assign(component=g) for g, p in logs.items()], ignore_index=True)
     s.items += [component_training_figure(df), summarize_drops(df, ["eval_L_mask"], by="component")]
