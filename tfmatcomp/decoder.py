@@ -37,7 +37,7 @@ from transformer_lens.hook_points import HookPoint
 from tfmatcomp.components import Embed, LayerNorm, PosEmbed, PreLNBlock, Readout
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.hooked_base import HookedBase
-from tfmatcomp.validation import check_choice, check_seed
+from tfmatcomp.validation import check_choice
 
 __all__ = ["HookedDecoder", "RETURN_TYPES", "next_token_loss"]
 
@@ -67,12 +67,10 @@ class HookedDecoder(HookedBase):
     hook_normalized``.
     """
 
+    cfg_class = DecoderConfig
+
     def __init__(self, cfg: DecoderConfig, seed: int = 0):
-        super().__init__()
-        if not isinstance(cfg, DecoderConfig):
-            raise TypeError(f"cfg: expected a DecoderConfig, got {type(cfg).__name__}")
-        check_seed("seed", seed)
-        self.cfg = cfg
+        super().__init__(cfg, seed)
         self.embed = Embed(cfg)
         self.hook_embed = HookPoint()  # [batch, pos, d_model]
         self.pos_embed = PosEmbed(cfg)

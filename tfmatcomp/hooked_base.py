@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from tfmatcomp._interrupts import Undoable
+from tfmatcomp.validation import check_seed
 
 __all__ = ["HookedBase", "UnknownHookError"]
 
@@ -67,8 +68,21 @@ class HookedBase(HookedRootModule):
     """TransformerLens's ``HookedRootModule`` with checked hook names and interrupt-safe contexts."""
 
     cfg: Any
+    #: the config dataclass this model is built from
+    cfg_class: type
     #: the class ``run_with_cache`` wraps the activations in (the encoder's refuses pre-LN helpers)
     _cache_class: type = ActivationCache
+
+    def __init__(self, cfg: Any, seed: int = 0):
+        """Check ``cfg`` is this model's config class (``cfg_class``) and ``seed``, then keep cfg."""
+        super().__init__()
+        if not isinstance(cfg, self.cfg_class):
+            name = self.cfg_class.__name__
+            raise TypeError(f"cfg: expected {'an' if name[0] in 'AEIOU' else 'a'} {name}, got "
+                            f"{type(cfg).__name__}")
+        check_seed("seed", seed)
+        self.cfg = cfg
+
     def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
         """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
         if not torch.is_tensor(tokens) or tokens.ndim != 2:

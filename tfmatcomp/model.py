@@ -32,7 +32,7 @@ from tfmatcomp.components import BertBlock, BertEmbed, Readout
 from tfmatcomp.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
 from tfmatcomp.hooked_base import HookedBase, UnknownHookError
-from tfmatcomp.validation import check_choice, check_seed
+from tfmatcomp.validation import check_choice
 
 __all__ = ["HookedEncoder", "UnknownHookError"]
 
@@ -67,13 +67,10 @@ class HookedEncoder(HookedBase):
 
     #: ``run_with_cache``'s cache: TransformerLens's, with its pre-LN helpers refusing to run.
     _cache_class = EncoderActivationCache
+    cfg_class = EncoderConfig
 
     def __init__(self, cfg: EncoderConfig, seed: int = 0):
-        super().__init__()
-        if not isinstance(cfg, EncoderConfig):
-            raise TypeError(f"cfg: expected an EncoderConfig, got {type(cfg).__name__}")
-        check_seed("seed", seed)
-        self.cfg = cfg
+        super().__init__(cfg, seed)
         self.embed = BertEmbed(cfg)
         self.hook_full_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList([BertBlock(cfg) for _ in range(cfg.n_layers)])
