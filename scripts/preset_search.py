@@ -49,6 +49,9 @@ def main() -> None:
     ap.add_argument("--d-mlp", type=int)
     ap.add_argument("--n-layers", type=int)
     ap.add_argument("--n-heads", type=int)
+    ap.add_argument("--d-head", type=int,
+                    help="default: d_model // n_heads (recomputed when --n-heads or --d-model is given)")
+    ap.add_argument("--init-range", type=float, help="std of the normal weight init (default 0.02)")
     ap.add_argument("--eval-samples", type=int, default=512)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -56,9 +59,13 @@ def main() -> None:
     preset = tm.get_preset(args.preset)
     task_cfg = dataclasses.replace(preset.task, **{k: v for k, v in {
         "n_rows": args.n_rows, "rank": args.rank, "p_mask": args.p_mask}.items() if v is not None})
-    model_cfg = dataclasses.replace(preset.model, n_ctx=task_cfg.n_positions, **{k: v for k, v in {
-        "d_model": args.d_model, "d_mlp": args.d_mlp, "n_layers": args.n_layers,
-        "n_heads": args.n_heads}.items() if v is not None})
+    sizes = {k: v for k, v in {"d_model": args.d_model, "d_mlp": args.d_mlp,
+                                "n_layers": args.n_layers, "n_heads": args.n_heads,
+                                "init_range": args.init_range}.items() if v is not None}
+    if args.d_head is not None or "n_heads" in sizes or "d_model" in sizes:
+        # the preset's d_head was filled in from its own n_heads; recompute it unless given
+        sizes["d_head"] = args.d_head
+    model_cfg = dataclasses.replace(preset.model, n_ctx=task_cfg.n_positions, **sizes)
     overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
                                    "lr": args.lr}.items() if v is not None}
     t0 = time.perf_counter()
