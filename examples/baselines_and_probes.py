@@ -2,7 +2,7 @@
 # # Baselines, probes and attention heads on the bundled tiny run
 #
 # Three analyses of the bundled `tiny` run (4x4 rank-1 matrices, 2 layers x 4 heads, width 64),
-# before (step 4,000) and after (step 20,000) its loss drop near step 13,600:
+# before (step 2,000) and after (step 10,000) its loss drop near step 5,600:
 #
 # 1. **Nuclear-norm baseline** (seed 000 Fig. 5 and Appendix D): the post-shift model against
 #    nuclear-norm minimization on the same matrices, across masking probabilities and across the

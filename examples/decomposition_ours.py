@@ -42,8 +42,8 @@ t_start = time.perf_counter()
 # %% [markdown]
 # ## The bundled checkpoints
 #
-# `"pre"` is step 4,000 (the copying plateau) and `"post"` step 20,000 (after the drop near step
-# 13,600). The task configuration is read from the checkpoint itself.
+# `"pre"` is step 2,000 (the copying plateau) and `"post"` step 10,000 (after the drop near step
+# 5,600). The task configuration is read from the checkpoint itself.
 
 # %%
 run = tm.pretrained.run_dir("tiny")

@@ -3,7 +3,7 @@
 Three ways to get the models:
 
 * default: the bundled tiny run (``tfmatcomp.pretrained.run_dir("tiny")``, offline, no training):
-  step 4000 is the "pre-shift" model and step 20000 the "post-shift" model, so the tables get the
+  step 4000 (on the plateau) is the "pre-shift" model and step 10000 the "post-shift" model, so the tables get the
   papers' reference columns.
 * ``--run RUN_DIR``: your own training run of the tiny preset (``tfmatcomp train --preset tiny --out
   RUN_DIR``); the checkpoint at ``--pre-step`` (default 4000) is "pre-shift" and the last one (or

@@ -1,7 +1,7 @@
 # %% [markdown]
 # # Quickstart
 #
-# Train the CPU `tiny` preset briefly, then use the run bundled in the package (20,000 steps of the
+# Train the CPU `tiny` preset briefly, then use the run bundled in the package (10,000 steps of the
 # same preset) to see the whole story: the copying plateau, the sudden drop, and what changed in the
 # model. Measure the papers' losses, run the copying check, look at an attention pattern, and save /
 # load a checkpoint.
@@ -36,7 +36,7 @@ print(result.metrics[["step", "train_L_obs", "eval_L_obs", "eval_L_mask"]].to_st
 # %% [markdown]
 # ## The bundled run: plateau, then a sudden drop
 #
-# The package ships a 20,000-step run of this preset: its metrics log and six checkpoints.
+# The package ships a 10,000-step run of this preset: its metrics log and six checkpoints.
 
 # %%
 run = tm.pretrained.run_dir("tiny")

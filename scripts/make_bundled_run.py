@@ -1,12 +1,17 @@
 """Regenerate the run bundled in the package (tfmatcomp/pretrained/tiny) from the tiny preset.
 
-Trains the preset's seeds at once with one torch thread (tfmatcomp.train_many), detects each
-seed's drop, and bundles the seed whose drop onset is the median of those that dropped (the typical
+Trains the preset's seeds with one torch thread, detects each seed's drop, and bundles the seed whose drop onset is the median of those that dropped (the typical
 seed): its metrics log, run.json and a few checkpoints (pre-shift on the plateau, around the drop,
 the last), plus every seed's metrics log under group/ so that the report can show the distribution
 of drop steps. pretrained.json records how it was trained (torch version, threads) and the drop.
 
-    python scripts/make_bundled_run.py --seeds 0-7 --work runs/bundle
+    python scripts/make_bundled_run.py --seeds 0-15 --work runs/bundle --bundle-seed 0
+
+By default each seed is trained alone (``tfmatcomp.train``, the program ``tfmatcomp train --seed S``
+and ``tfmatcomp demo`` run), so the bundled seed's metrics are bit-identical to a user's run of that
+seed with the same torch version and thread count. ``--batched`` trains them at once
+(``tfmatcomp.train_many``), faster on a GPU, whose trajectories part from the single-seed ones by
+float rounding. Finished seeds in ``--work`` are kept (each run resumes).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.multiseed import GROUP_FILE, seed_dir
+from tfmatcomp.multiseed import GROUP_FILE, _write_group_file, parse_seeds, seed_dir
 from tfmatcomp.report.run import SeedGroup, choose_steps
 
 TARGET = Path(tm.__file__).resolve().parent / "pretrained" / "tiny"
@@ -27,17 +32,31 @@ TARGET = Path(tm.__file__).resolve().parent / "pretrained" / "tiny"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0-7")
+    ap.add_argument("--seeds", default="0-15")
+    ap.add_argument("--batched", action="store_true", help="train the seeds at once (train_many)")
     ap.add_argument("--work", default="runs/bundle", help="where the seeds are trained (resumed)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--checkpoints", type=int, default=6, help="checkpoints to bundle")
+    ap.add_argument("--bundle-seed", type=int, help="the seed to bundle (default: the typical seed, "
+                    "whose onset is the median of those that dropped); seed 0 is the seed that "
+                    "`tfmatcomp demo` trains, so bundling it lets a user reproduce the bundled run "
+                    "bit for bit with the same thread count")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    tm.train_many("tiny", seeds=args.seeds, out_dir=args.work, resume=True, device="cpu")
+    if args.batched:
+        tm.train_many("tiny", seeds=args.seeds, out_dir=args.work, resume=True, device="cpu")
+    else:
+        seeds = parse_seeds(args.seeds)
+        for s in seeds:
+            tm.train("tiny", seed=s, out_dir=seed_dir(args.work, s), resume=True, device="cpu")
+        Path(args.work).mkdir(parents=True, exist_ok=True)
+        _write_group_file(Path(args.work), seeds)
     group = SeedGroup.load(args.work)
-    seed = group.typical_seed()
+    seed = group.typical_seed() if args.bundle_seed is None else args.bundle_seed
     if seed is None:
         raise SystemExit("no seed dropped: nothing worth bundling")
+    if seed not in group.dropped:
+        raise SystemExit(f"--bundle-seed: seed {seed} did not drop (dropped: {group.dropped})")
     source = seed_dir(args.work, seed)
     ckpts = tm.list_checkpoints(source)
     drop = group.drops[seed]
@@ -68,10 +87,16 @@ def main() -> None:
     info = {
         "name": "tiny", "preset": "tiny", "seed": seed,
         "pre_shift_step": pre, "post_shift_step": post, "group": "group",
-        "how": (f"python scripts/make_bundled_run.py --seeds {args.seeds} (tfmatcomp.train_many on "
-                f"the tiny preset, CPU, torch {run['torch']}, {run['torch_threads']} torch thread(s)); "
-                f"seed {seed} is the seed whose drop onset is the median of the "
-                f"{len(group.dropped)} of {len(group.seeds)} seeds that dropped; {len(keep)} of its "
+        "how": (f"python scripts/make_bundled_run.py --seeds {args.seeds}"
+                f"{' --batched' if args.batched else ''} "
+                f"({'tfmatcomp.train_many' if args.batched else 'tfmatcomp.train, one seed at a time,'} "
+                f"on the tiny preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
+                f"thread(s)); "
+                + (f"seed {seed} is the seed whose drop onset is the median of the "
+                   if args.bundle_seed is None else
+                   f"seed {seed} (the seed `tfmatcomp demo` trains) is bundled; "
+                   f"the seeds that dropped: ")
+                + f"{len(group.dropped)} of {len(group.seeds)}; {len(keep)} of its "
                 f"{len(ckpts)} checkpoints are bundled, and every seed's metrics log is in group/"),
         "torch": run["torch"], "torch_threads": run["torch_threads"],
         "detected_drop": drop.as_dict(),

@@ -157,3 +157,21 @@ def test_demo_trains_and_reports_honestly(tmp_path, capsys):
     assert "0 of 2 seeds dropped" in printed
     text = out.read_text()
     assert "long enough to look for a drop" in text and "Sudden drop detected" not in text
+
+
+def test_report_names_the_typical_seed_only_when_it_analyses_it(tmp_path):
+    """The bundled run is seed 0 (the seed the demo trains), not necessarily its group's typical
+    seed; the report must not call seed 0 the median seed when another one is."""
+    from tfmatcomp.report import SeedGroup
+
+    run = tm.pretrained.run_dir("tiny")
+    group = SeedGroup.load(run / "group")
+    typical = group.typical_seed()
+    report = build_report(run, tmp_path / "r.html", n_samples=16, progress=False,
+                          sections=["training"])
+    training = report.sections[0].text
+    if typical == 0:
+        assert "analyses seed 0, the seed whose onset is the median" in training
+    else:
+        assert "analyses seed 0, the seed whose onset" not in training
+        assert f"the seed whose onset is the median of those that dropped is seed {typical}" in training

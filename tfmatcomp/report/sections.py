@@ -81,9 +81,16 @@ def _group_text(ctx: RunContext) -> str:
     if not k:
         return (f"None of the {n} seeds of this run dropped within its {int(table['last_step'].max()):,} "
                 "steps: train them longer.")
-    which = (f"This report analyses seed {ctx.run_seed}, the seed whose onset is the median of "
-             "those that dropped." if ctx.run_seed in g.dropped else
-             f"This report analyses seed {ctx.run_seed}.")
+    typical = g.typical_seed()
+    if ctx.run_seed == typical:
+        which = (f"This report analyses seed {ctx.run_seed}, the seed whose onset is the median of "
+                 "those that dropped.")
+    elif ctx.run_seed in g.dropped:
+        which = (f"This report analyses seed {ctx.run_seed} (onset "
+                 f"{g.drops[ctx.run_seed].drop_start:,.0f}); the seed whose onset is the median of "
+                 f"those that dropped is seed {typical}.")
+    else:
+        which = f"This report analyses seed {ctx.run_seed}."
     return (f"{k} of {n} seeds dropped; their onsets range from step {dropped['onset'].min():,.0f} "
             f"to {dropped['onset'].max():,.0f} (median {dropped['onset'].median():,.0f}), with a "
             f"median fall of {dropped['fall_factor'].median():.1f}x. The papers, too, see the "
