@@ -3,12 +3,21 @@
 A checkpoint is a directory::
 
     step_0004000/
-        model.safetensors     # HookedEncoder or HookedDecoder weights
+        model.safetensors     # HookedEncoder or HookedDecoder weights, or, when saved with
+                              # max_shard_mb and larger than it, sharded:
+        model-00001-of-00003.safetensors ...      # the shards, and
+        model.safetensors.index.json              # {"metadata": {"total_size": bytes},
+                                                  #  "weight_map": {tensor name: shard file}}
         config.json           # format, model kind, model / task / train configs, step, SHA-256 of
                               # every file (no "kind": an encoder, as checkpoints written before
                               # the decoder existed)
         state.safetensors     # (optional) optimizer moments and RNG states, for resuming
         state.json            # (optional) the rest of the training state (step, optimizer groups)
+
+Weights may be stored in float32 (the default: the model's dtype), bfloat16 or float16
+(``save_checkpoint(..., dtype=torch.bfloat16)``); a half-precision checkpoint loads as a float32
+model. Every loader (:func:`load_checkpoint`, :func:`load_checkpoint_info`, and all that go
+through them) reads both layouts.
 
 A training run keeps its checkpoints under ``RUN_DIR/checkpoints/step_XXXXXXX/`` next to
 ``RUN_DIR/metrics.jsonl``.
@@ -27,6 +36,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -46,7 +56,7 @@ from tfmatcomp.validation import check_device
 __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
     "load_checkpoint", "load_checkpoint_info", "list_checkpoints", "latest_checkpoint",
-    "checkpoint_dir_name",
+    "checkpoint_dir_name", "checkpoint_dtype",
 ]
 
 FORMAT = "tfmatcomp-checkpoint"
@@ -95,6 +105,17 @@ def _sha256(path: Path) -> str:
 _MAX_JSON_BYTES = 64 << 20  # config.json / state.json larger than this are refused unread
 _SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
                        "BF16": torch.bfloat16}
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+_SHARD_NAME = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
+#: Names :func:`checkpoint_dtype` accepts (``TrainConfig.checkpoint_dtype`` holds the first three).
+_DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                "float64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
+                "fp16": torch.float16}
+_MAX_SHARD_MB = 1 << 20  # a shard limit above 1 TiB is surely a unit mistake
+#: safetensors header bytes per tensor entry beyond its name (dtype, shape, offsets), and per file;
+#: over-estimates, so that a shard file stays under the limit, header included.
+_ENTRY_BYTES, _FILE_BYTES = 160, 64
 
 
 def _plain_file(directory: Path, name: Any) -> Path:
@@ -161,6 +182,8 @@ def save_checkpoint(
     step: int | None = None,
     training_state: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None,
     metadata: dict[str, Any] | None = None,
+    dtype: torch.dtype | str | None = None,
+    max_shard_mb: float | None = None,
 ) -> Path:
     """Write ``model`` (and optionally its training state) to the directory ``path``, atomically.
 
@@ -171,17 +194,42 @@ def save_checkpoint(
         model: the model to save (a HookedEncoder or a HookedDecoder; its kind is recorded).
         path: target directory (replaced if it exists).
         task_cfg, train_cfg, step, metadata: recorded in ``config.json``.
-        training_state: ``(tensors, json_state)`` from the trainer, for resuming.
+        training_state: ``(tensors, json_state)`` from the trainer, for resuming (always written
+            as given: half-precision weights never touch the optimizer state).
+        dtype: dtype of the stored weights (see :func:`checkpoint_dtype`; default: the model's).
+            A ``bfloat16`` / ``float16`` checkpoint takes half the space and loads as float32.
+        max_shard_mb: split the weights into ``model-0000k-of-0000n.safetensors`` files of at most
+            this many MiB each (header included), listed in ``model.safetensors.index.json``
+            (transformers' layout); a tensor larger than the limit gets a shard of its own, which
+            is then the one file above the limit. Weights that fit in one shard, and the default
+            None, give the single ``model.safetensors``.
 
     Returns:
         The checkpoint directory.
+
+    Raises:
+        ValueError: ``dtype`` is not a floating dtype named by :func:`checkpoint_dtype`, or
+            ``max_shard_mb`` is not a number in ``(0, 1048576]``.
+
+    Example:
+        >>> import tempfile, torch, tfmatcomp as tm
+        >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+        >>> path = save_checkpoint(model, tempfile.mkdtemp() + "/c", dtype=torch.bfloat16,
+        ...                        max_shard_mb=0.2)
+        >>> sorted(p.name for p in path.iterdir())[:2]
+        ['config.json', 'model-00001-of-00002.safetensors']
+        >>> load_checkpoint(path).dtype
+        torch.float32
     """
+    dtype = checkpoint_dtype(dtype)
+    max_bytes = _shard_limit(max_shard_mb)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
-        weights = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-        save_file(weights, tmp / "model.safetensors")
+        dtype = dtype or model.dtype
+        weights = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
+        _write_weights(weights, tmp, max_bytes)
         if training_state is not None:
             tensors, state = training_state
             save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
@@ -196,7 +244,7 @@ def save_checkpoint(
             "task": task_cfg.to_dict() if task_cfg is not None else None,
             "train": train_cfg.to_dict() if train_cfg is not None else None,
             "step": step,
-            "dtype": str(model.dtype).replace("torch.", ""),
+            "dtype": str(dtype).replace("torch.", ""),
             "metadata": metadata or {},
             "files": files,
         }
@@ -220,16 +268,105 @@ def save_checkpoint(
     return path
 
 
+def checkpoint_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
+    """The weights' dtype that ``dtype`` names: None (keep the model's), a torch floating dtype
+    (float32, bfloat16, float16, float64) or one of the names ``"float32"``, ``"bfloat16"``,
+    ``"float16"``, ``"float64"``, ``"fp32"``, ``"bf16"``, ``"fp16"``.
+
+    Example:
+        >>> checkpoint_dtype("bf16")
+        torch.bfloat16
+        >>> checkpoint_dtype("int8")
+        Traceback (most recent call last):
+        ...
+        ValueError: dtype: must be None, torch.float32, torch.bfloat16, torch.float16, torch.float64 or one of ['bf16', 'bfloat16', 'float16', 'float32', 'float64', 'fp16', 'fp32'], got 'int8'
+    """
+    if dtype is None or (isinstance(dtype, torch.dtype) and dtype in _DTYPE_NAMES.values()):
+        return dtype
+    if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
+        return _DTYPE_NAMES[dtype]
+    raise ValueError(f"dtype: must be None, torch.float32, torch.bfloat16, torch.float16, "
+                     f"torch.float64 or one of {sorted(_DTYPE_NAMES)}, got {dtype!r}")
+
+
+def _shard_limit(max_shard_mb: Any) -> int | None:
+    """``max_shard_mb`` in bytes (None: no sharding), or ``ValueError`` naming the range."""
+    if max_shard_mb is None:
+        return None
+    ok = (isinstance(max_shard_mb, (int, float)) and not isinstance(max_shard_mb, bool)
+          and math.isfinite(max_shard_mb) and 0 < max_shard_mb <= _MAX_SHARD_MB)
+    if not ok:
+        raise ValueError(f"max_shard_mb: must be None or a number of MiB in (0, {_MAX_SHARD_MB}], "
+                         f"got {max_shard_mb!r}")
+    return int(max_shard_mb * (1 << 20))
+
+
+def _shards(weights: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+    """Tensors packed in order into shards whose files stay under ``max_bytes``; a tensor larger
+    than that alone goes into a shard of its own."""
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = _FILE_BYTES
+    for name, t in weights.items():
+        cost = t.numel() * t.element_size() + _ENTRY_BYTES + len(name.encode())
+        if shards[-1] and size + cost > max_bytes:
+            shards.append({})
+            size = _FILE_BYTES
+        shards[-1][name] = t
+        size += cost
+    return shards
+
+
+def _write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes: int | None) -> None:
+    """``model.safetensors``, or shards and their index when they do not fit in one file."""
+    shards = [weights] if max_bytes is None else _shards(weights, max_bytes)
+    if len(shards) == 1:
+        save_file(weights, directory / WEIGHTS_FILE)
+        return
+    weight_map = {}
+    for i, shard in enumerate(shards, 1):
+        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, directory / name)
+        weight_map.update(dict.fromkeys(shard, name))
+    total = sum(t.numel() * t.element_size() for t in weights.values())
+    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
+
+
+def _weight_files(path: Path) -> dict[Path, set[str] | None]:
+    """The checkpoint's weight files, each with the tensor names its index assigns it (None for
+    the single ``model.safetensors``, which holds them all)."""
+    if not (path / INDEX_FILE).exists():
+        return {_plain_file(path, WEIGHTS_FILE): None}
+    index = _read_json(path, INDEX_FILE)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"path: {path / INDEX_FILE} has no 'weight_map' of tensor name -> "
+                              "shard file")
+    files: dict[str, set[str]] = {}
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+            raise CheckpointError(f"path: {path / INDEX_FILE} puts {tensor!r} in {name!r}; "
+                                  "expected a shard name model-0000k-of-0000n.safetensors")
+        files.setdefault(name, set()).add(tensor)
+    out = {}
+    for name, tensors in sorted(files.items()):
+        if not (path / name).exists():
+            raise CheckpointError(f"path: shard {name} of {path} is missing (listed in {INDEX_FILE}"
+                                  f" for {len(tensors)} tensors)")
+        out[_plain_file(path, name)] = tensors
+    return out
+
+
 def _resolve(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_file():
         if path.suffix.lower() in _PICKLE_SUFFIXES or _looks_pickled(path):
             raise CheckpointError(f"path: {path} looks like a pickle / torch.save file; tfmatcomp "
                                   "only loads safetensors checkpoints (never pickle)")
-        if path.name in ("model.safetensors", "config.json"):
+        if path.name in (WEIGHTS_FILE, INDEX_FILE, "config.json") or _SHARD_NAME.fullmatch(path.name):
             return path.parent
         raise CheckpointError(f"path: {path} is a file; pass a checkpoint directory holding "
-                              "model.safetensors and config.json")
+                              "model.safetensors (or its shards) and config.json")
     if not path.is_dir():
         raise CheckpointError(f"path: no checkpoint at {path}")
     if not (path / "config.json").exists() and (path / "checkpoints").is_dir():
@@ -237,7 +374,8 @@ def _resolve(path: str | os.PathLike) -> Path:
         if latest is None:
             raise CheckpointError(f"path: run directory {path} holds no checkpoints")
         return latest
-    for name in ("config.json", "model.safetensors"):
+    weights = INDEX_FILE if (path / INDEX_FILE).exists() else WEIGHTS_FILE
+    for name in ("config.json", weights):
         if not (path / name).exists():
             pickles = [p.name for p in path.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES]
             extra = f" (found {pickles}: pickles are refused)" if pickles else ""
@@ -298,21 +436,28 @@ def _parameter_count(cfg: ModelConfig) -> int:
     return embed + cfg.n_layers * block + d * cfg.d_out + cfg.d_out
 
 
-def _check_weights_fit(path: Path, cfg: ModelConfig) -> torch.dtype:
-    """Compare the weights file's header with ``cfg`` before any tensor is allocated; returns the
-    weights' dtype. The parameter count is checked first (a config of absurd size is refused at
-    once), then every name and shape against a model built on the ``meta`` device (no memory)."""
-    file = _plain_file(path, "model.safetensors")
-    specs = _tensor_specs(file)
+def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] | None]) -> torch.dtype:
+    """Compare the weight files' headers with ``cfg`` (and the shards with their index) before any
+    tensor is allocated; returns the weights' dtype. The parameter count is checked first (a config
+    of absurd size is refused at once), then every name and shape against a model built on the
+    ``meta`` device (no memory)."""
+    specs: dict[str, tuple[tuple[int, ...], str]] = {}
+    for file, listed in files.items():
+        held_here = _tensor_specs(file)
+        if listed is not None and set(held_here) != listed:
+            raise CheckpointError(f"path: {file.name} holds other tensors than {INDEX_FILE} "
+                                  f"assigns it in {path}")
+        specs.update(held_here)
+    name = ", ".join(f.name for f in files) if len(files) < 3 else f"its {len(files)} shards"
     held = sum(math.prod(shape) for shape, _ in specs.values())
     need = _parameter_count(cfg)
     if need != held:
         raise CheckpointError(f"path: {path / 'config.json'} describes a model of {need:,} "
-                              f"parameters but {file.name} holds {held:,} numbers; refused before "
+                              f"parameters but {name} holds {held:,} numbers; refused before "
                               "building the model")
     dtypes = {dt for _, dt in specs.values()}
     if len(dtypes) != 1 or not dtypes <= set(_SAFETENSORS_DTYPES):
-        raise CheckpointError(f"path: {file} holds dtypes {sorted(dtypes)}; expected one of "
+        raise CheckpointError(f"path: {name} in {path} hold dtypes {sorted(dtypes)}; expected one of "
                               f"{sorted(_SAFETENSORS_DTYPES)} for every tensor")
     with torch.device("meta"):
         model_cls = HookedDecoder if isinstance(cfg, DecoderConfig) else HookedEncoder
@@ -344,13 +489,14 @@ def load_checkpoint_info(
     """Load a checkpoint's model and what its config says (step, task, training config).
 
     Args:
-        path: a checkpoint directory, its ``model.safetensors``, or a run directory (its latest
-            checkpoint is used).
+        path: a checkpoint directory, its ``model.safetensors`` (or a shard, or the shards'
+            index), or a run directory (its latest checkpoint is used).
         device: where to put the model (default: CPU).
         config: if given, the checkpoint's model config must equal it.
 
     The model's class follows the config's ``kind`` (``"encoder"``, the default for checkpoints
-    that have none, or ``"decoder"``).
+    that have none, or ``"decoder"``). Single-file and sharded weights load alike; weights
+    stored in bfloat16 or float16 give a float32 model.
 
     Raises:
         CheckpointError: missing / corrupted / pickled files, or weights that do not fit the config.
@@ -380,8 +526,11 @@ def load_checkpoint_info(
                 if getattr(model_cfg, k, None) != v}
         raise ConfigMismatchError(f"config: checkpoint {path} has a different model config; "
                                   f"(expected, found) per field: {diff}")
-    dtype = _check_weights_fit(path, model_cfg)  # before anything is allocated
-    tensors = _load_tensors(path / "model.safetensors")
+    files = _weight_files(path)
+    dtype = _check_weights_fit(path, model_cfg, files)  # before anything is allocated
+    tensors = {k: v for file in files for k, v in _load_tensors(file).items()}
+    if dtype in (torch.bfloat16, torch.float16):
+        dtype = torch.float32  # half precision is a storage format: the model computes in float32
     model = model_cls(model_cfg).to(dtype)
     model.load_state_dict(tensors, strict=True)
     if device is not None:

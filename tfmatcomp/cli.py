@@ -7,6 +7,7 @@ Example::
     tfmatcomp train --preset tiny --out runs/tiny --steps 4000 --resume
     tfmatcomp train --preset tiny --out runs/tiny-ddp --nproc 2        # data-parallel (torchrun)
     tfmatcomp train --preset tiny --out runs/tiny-gauss --distribution gaussian
+    tfmatcomp train --preset paper-4l8h --out runs/paper-4l8h --checkpoint-dtype bf16 --max-shard-mb 15
     tfmatcomp sweep --out runs/width --grid d_model=32,64,128 --seeds 0-1
 """
 
@@ -18,6 +19,10 @@ from typing import Callable
 
 from tfmatcomp.config import PRESETS
 from tfmatcomp.data import _DISTRIBUTIONS
+
+#: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
+_CHECKPOINT_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
+                      "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
 _COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None],
                            Callable[[argparse.Namespace], int]]] = {}
@@ -48,6 +53,17 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--distribution", choices=_DISTRIBUTIONS,
                    help="law of the factors' entries (default: the preset's, uniform on [-1, 1])")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
+    fast = p.add_mutually_exclusive_group()
+    fast.add_argument("--fast", dest="fast", action="store_true", default=None,
+                      help="the fast step (bf16 autocast, torch.compile, fused Adam) even off "
+                      "CUDA (default: on CUDA only, see docs/gpu-training.md)")
+    fast.add_argument("--no-fast", dest="fast", action="store_false",
+                      help="the explicit float32 step, also on CUDA")
+    p.add_argument("--checkpoint-dtype", choices=sorted(_CHECKPOINT_DTYPES),
+                   help="dtype of the checkpoints' weights (default float32; bf16 halves them and "
+                   "loads as float32)")
+    p.add_argument("--max-shard-mb", type=float,
+                   help="split each checkpoint's weights into shards of at most this many MiB")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the run in --out from its latest checkpoint (starts fresh "
@@ -80,7 +96,10 @@ def _train_overrides(args: argparse.Namespace) -> dict:
         "n_steps": args.steps, "seed": getattr(args, "seed", None), "lr": args.lr,
         "batch_size": args.batch_size, "log_every": args.log_every,
         "checkpoint_every": args.checkpoint_every,
-        "checkpoint_steps": getattr(args, "checkpoint_steps", None)}.items() if v is not None}
+        "checkpoint_steps": getattr(args, "checkpoint_steps", None),
+        "fast": getattr(args, "fast", None),
+        "checkpoint_dtype": _CHECKPOINT_DTYPES.get(getattr(args, "checkpoint_dtype", None)),
+        "max_shard_mb": getattr(args, "max_shard_mb", None)}.items() if v is not None}
     if args.distribution is not None:
         import dataclasses
 

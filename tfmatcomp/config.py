@@ -210,6 +210,11 @@ class TaskConfig:
         return _from_dict(cls, data, "task config")
 
 
+#: Weight dtypes a training run may write its checkpoints in (``TrainConfig.checkpoint_dtype``).
+CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
+_MAX_SHARD_MB = 1 << 20
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Online training hyper-parameters (paper defaults for paper-4l8h).
@@ -223,6 +228,16 @@ class TrainConfig:
         checkpoint_steps: steps at which a checkpoint is always written (paper: 4,000 pre-shift,
             14,000, 16,000, 20,000, and the last step).
         checkpoint_every: also write a checkpoint every this many steps (0: never).
+        fast: the fast training step of :mod:`tfmatcomp.fast_step` (bf16 autocast, TF32, fused
+            Adam, ``torch.compile``, no host synchronization between logging steps). None
+            (default): on when training on CUDA and the run allows it (an encoder, all
+            parameters trainable, no hooks); False: never; True: also on other devices (for
+            tests; slow there).
+        checkpoint_dtype: dtype of the checkpoints' weights: ``"float32"`` (default),
+            ``"bfloat16"`` or ``"float16"`` (half the size; loads as float32). The training state
+            of the latest checkpoint keeps float32 weights, so resuming stays exact.
+        max_shard_mb: split each checkpoint's weights into shards of at most this many MiB
+            (see :func:`tfmatcomp.save_checkpoint`); None: one file.
     """
 
     n_steps: int = 50_000
@@ -233,8 +248,21 @@ class TrainConfig:
     log_every: int = 100
     checkpoint_steps: tuple[int, ...] = (4_000, 14_000, 16_000, 20_000)
     checkpoint_every: int = 5_000
+    fast: bool | None = None
+    checkpoint_dtype: str = "float32"
+    max_shard_mb: float | None = None
 
     def __post_init__(self) -> None:
+        if not (self.fast is None or isinstance(self.fast, bool)):
+            raise ValueError(f"fast: must be None (auto: on for CUDA), True or False, got "
+                             f"{self.fast!r}")
+        check_choice("checkpoint_dtype", self.checkpoint_dtype, CHECKPOINT_DTYPES)
+        if self.max_shard_mb is not None:
+            mb = self.max_shard_mb
+            if isinstance(mb, (bool, str)) or not isinstance(mb, (int, float)) or not (
+                    0 < mb <= _MAX_SHARD_MB):  # NaN fails the comparison too
+                raise ValueError(f"max_shard_mb: must be None or a number of MiB in "
+                                 f"(0, {_MAX_SHARD_MB}], got {mb!r}")
         for name in ("n_steps", "batch_size", "eval_batch_size", "log_every"):
             check_positive_int(name, getattr(self, name))
         check_positive_float("lr", self.lr)

@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import json
+import contextlib
 import os
 import time
 import warnings
@@ -51,7 +52,7 @@ from tfmatcomp.checkpoint import (
 from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.data import MatrixBatch
 from tfmatcomp.decoder import HookedDecoder
-from tfmatcomp import gpt_task
+from tfmatcomp import fast_step, gpt_task
 from tfmatcomp.metrics import losses, masked_mse
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.rundir import METRICS_FILE, RunDirError
@@ -113,6 +114,10 @@ class Trainer:
             are frozen (used by component-wise training). Default: all.
         progress: show a tqdm progress bar with the current losses.
         train_overrides: :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``).
+
+    On CUDA, a run that allows it takes the fast step of :mod:`tfmatcomp.fast_step` (bf16
+    autocast, fused Adam, ``torch.compile``); ``fast=False`` keeps the explicit step. A run with a
+    hook attached when :meth:`run` starts takes the explicit step.
     """
 
     def __init__(
@@ -164,7 +169,13 @@ class Trainer:
                 p.requires_grad_(trainable(n))
         if not params:
             raise ValueError("trainable: selects no parameter")
-        self.optimizer = torch.optim.Adam(params, lr=self.train_cfg.lr)
+        own_step = (type(self).update is not Trainer.update
+                    or type(self)._forward_loss is not Trainer._forward_loss)
+        self.fast = fast_step.use_fast(self.train_cfg.fast, self.device,
+                                       fast_step.blocker(self.model, trainable, own_step))
+        self._fast_step: fast_step.FastStep | None = None
+        self.optimizer = torch.optim.Adam(params, lr=self.train_cfg.lr,
+                                          **({"fused": True} if self.fast else {}))
         self.train_gen = torch.Generator(self.device).manual_seed(seed + 1)
         self.eval_gen = torch.Generator(self.device).manual_seed(seed + 2)
         self.step = 0
@@ -180,6 +191,8 @@ class Trainer:
         for idx, st in opt["state"].items():
             for key, value in st.items():
                 tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value)
+        if self.train_cfg.checkpoint_dtype != "float32":  # the checkpoint's weights are rounded
+            tensors.update({f"weights.{k}": v for k, v in self.model.state_dict().items()})
         state = {"step": self.step, "elapsed_s": self.elapsed_s,
                  "param_groups": opt["param_groups"],
                  "trainable": [n for n, p in self.model.named_parameters() if p.requires_grad]}
@@ -195,7 +208,13 @@ class Trainer:
             if key.startswith("optimizer."):
                 _, idx, name = key.split(".", 2)
                 opt_state.setdefault(int(idx), {})[name] = value
-        self.optimizer.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
+        # the saved groups would bring back the saved run's Adam implementation: keep this run's
+        groups = [{**saved, **{k: ours[k] for k in ("fused", "foreach") if k in ours}}
+                  for saved, ours in zip(state["param_groups"], self.optimizer.param_groups)]
+        self.optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
+        weights = {k[len("weights."):]: v for k, v in tensors.items() if k.startswith("weights.")}
+        if weights:  # float32 weights kept with the state of a half-precision checkpoint
+            self.model.load_state_dict(weights, strict=True)
         self.train_gen.set_state(tensors["rng.train"])
         self.eval_gen.set_state(tensors["rng.eval"])
         self.step = int(state["step"])
@@ -239,8 +258,10 @@ class Trainer:
             raise ValueError("out_dir: the trainer has no run directory to save into")
         self._claim(resuming=False)
         path = self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
-        save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=self.train_cfg,
-                        step=self.step, training_state=self.training_state())
+        cfg = self.train_cfg
+        save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=cfg, step=self.step,
+                        training_state=self.training_state(), dtype=cfg.checkpoint_dtype,
+                        max_shard_mb=cfg.max_shard_mb)
         if strip_older:
             self.strip_older_states()
         return path
@@ -424,6 +445,26 @@ class Trainer:
         predictions = self.model(batch.tokens)
         return predictions, masked_mse(predictions, batch.values)
 
+    def _fast_update(self) -> tuple[torch.Tensor, MatrixBatch]:
+        """:meth:`update` through :class:`~tfmatcomp.fast_step.FastStep`: no host sync; a
+        non-finite loss is reported at the next logging or checkpoint step."""
+        batch = fast_step.sample_batch(self.task, self.train_cfg.batch_size, self.train_gen,
+                                       self.device)
+        return self._fast_step.update(batch), batch
+
+    def _step_function(self) -> Callable[[], tuple[torch.Tensor, MatrixBatch]]:
+        """The update :meth:`run` repeats: the fast one when chosen and no hook is attached."""
+        if not self.fast:
+            return self.update
+        if fast_step.hooks_attached(self.model):
+            if self.train_cfg.fast:
+                warnings.warn("fast: hooks are attached to the model, so this run takes the "
+                              "explicit step", stacklevel=3)
+            return self.update
+        if self._fast_step is None:
+            self._fast_step = fast_step.FastStep(self.model, self.optimizer)
+        return self._fast_update
+
     def _train_losses(self, predictions: torch.Tensor, batch: MatrixBatch) -> dict[str, torch.Tensor]:
         """The ``train_*`` losses of an update from what :meth:`update` returned."""
         with torch.no_grad():
@@ -448,21 +489,28 @@ class Trainer:
         bar = tqdm(total=n_steps, initial=self.step, disable=not self.progress, desc="train",
                    dynamic_ncols=True)
         self.model.train()
+        update = self._step_function()
+        fast = update == self._fast_update
         try:
-            t0 = time.perf_counter() - self.elapsed_s
-            while self.step < n_steps:
-                predictions, batch = self.update()
-                self.step += 1
-                bar.update(1)
-                if self.step % cfg.log_every == 0 or self.step == n_steps:
-                    train = self._train_losses(predictions, batch)
-                    self.elapsed_s = time.perf_counter() - t0
-                    record = self.log(train, self.evaluate(), log_file)
-                    bar.set_postfix(L_obs=f"{record['train_L_obs']:.2e}",
-                                    L_mask=f"{record['train_L_mask']:.3f}")
-                if self.out_dir is not None and self.checkpoint_due(self.step):
-                    self.elapsed_s = time.perf_counter() - t0
-                    self.save()
+            with fast_step.numerics(self.device) if fast else contextlib.nullcontext():
+                t0 = time.perf_counter() - self.elapsed_s
+                while self.step < n_steps:
+                    predictions, batch = update()
+                    self.step += 1
+                    bar.update(1)
+                    logging = self.step % cfg.log_every == 0 or self.step == n_steps
+                    saving = self.out_dir is not None and self.checkpoint_due(self.step)
+                    if fast and (logging or saving):
+                        self._fast_step.check_finite(self.step)
+                    if logging:
+                        train = self._train_losses(predictions, batch)
+                        self.elapsed_s = time.perf_counter() - t0
+                        record = self.log(train, self.evaluate(), log_file)
+                        bar.set_postfix(L_obs=f"{record['train_L_obs']:.2e}",
+                                        L_mask=f"{record['train_L_mask']:.3f}")
+                    if saving:
+                        self.elapsed_s = time.perf_counter() - t0
+                        self.save()
         finally:
             bar.close()
             if log_file is not None:
