@@ -20,10 +20,16 @@ Memory: before the timings, ``accumulate`` streams freshly sampled batches (noth
 (``resource.getrusage``) after each and the accumulator's state (``keep_ctx=False``: the
 ``O(L T d + L d^2)`` sums; with ``keep_ctx=True`` only the ``O(C d)`` context means grow) are printed.
 
+Two shapes (``--shape``): ``tiny``, the matrix-completion preset (2 layers, d_model 64, 16
+positions: a forward pass so small per token that the accumulator's fixed per-layer work weighs
+most), and ``minilm``, a random HookedEncoder of the shape of all-MiniLM-L6-v2 (6 layers, d_model
+384, 12 heads, d_mlp 1536) on contexts of 128 tokens: the shape ``tfmatcomp geometry`` runs on in
+docs/geometry.md, with no download.
+
 Usage::
 
-    python benchmarks/decomposition_throughput.py [--batches 20] [--batch-size 256] [--threads 1]
-        [--repeats 7] [--checkpoint PATH] [--device cpu|cuda]
+    python benchmarks/decomposition_throughput.py [--shape tiny|minilm] [--batches 20]
+        [--batch-size 256] [--threads 1] [--repeats 7] [--checkpoint PATH] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -63,11 +69,11 @@ def _peak_bytes(device: torch.device) -> float:
     return _peak_rss_mb()
 
 
-def _memory(model, task, names, n_batches: int, batch_size: int, device: torch.device) -> None:
-    """Peak memory while streaming n and 4n freshly sampled batches (none of them kept)."""
+def _memory(model, make_batch, names, n_batches: int, batch_size: int, device: torch.device) -> None:
+    """Peak memory while streaming n and 4n freshly made batches (none of them kept)."""
     def stream(n, keep_ctx):
         g = torch.Generator().manual_seed(1)
-        batches = (sample_batch(task, batch_size, generator=g, device=device).tokens for _ in range(n))
+        batches = (make_batch(g) for _ in range(n))
         return accumulate(model, batches, names, keep_ctx=keep_ctx, progress=False)
 
     stream(2, False)  # warm-up: one forward pass's buffers
@@ -81,8 +87,10 @@ def _memory(model, task, names, n_batches: int, batch_size: int, device: torch.d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=("tiny", "minilm"), default="tiny")
     parser.add_argument("--batches", type=int, default=20)
-    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="contexts per batch (default: 256 for tiny, 16 for minilm)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--checkpoint", default=None, help="checkpoint directory (default: random weights)")
@@ -90,24 +98,36 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.batch_size is None:
+        args.batch_size = 256 if args.shape == "tiny" else 16
 
     preset = tm.get_preset("tiny")
-    model = load_model(args.checkpoint or tm.HookedEncoder(preset.model, seed=0), device=device)
+    g = torch.Generator().manual_seed(0)   # the same inputs on every device
+    if args.shape == "minilm":
+        cfg = tm.EncoderConfig(n_layers=6, n_heads=12, d_model=384, d_mlp=1536, n_ctx=128,
+                               d_vocab=30522)
+        model = load_model(tm.HookedEncoder(cfg, seed=0), device=device)
+
+        def make_batch(gen):
+            return torch.randint(1, cfg.d_vocab, (args.batch_size, cfg.n_ctx), generator=gen).to(device)
+    else:
+        model = load_model(args.checkpoint or tm.HookedEncoder(preset.model, seed=0), device=device)
+
+        def make_batch(gen):
+            return sample_batch(preset.task, args.batch_size, generator=gen, device=device).tokens
+    tokens = [make_batch(g) for _ in range(args.batches)]
     model.eval()
-    g = torch.Generator().manual_seed(0)   # the same matrices on every device
-    tokens = [sample_batch(preset.task, args.batch_size, generator=g, device=device).tokens
-              for _ in range(args.batches)]
     n_tokens = sum(t.numel() for t in tokens)
     names = residual_stream_names(model)
 
-    print(f"model: tiny preset ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
+    print(f"model: {args.shape} ({model.cfg.n_layers} layers, d_model {model.cfg.d_model}, "
           f"{model.cfg.n_ctx} positions), "
           f"{'checkpoint ' + args.checkpoint if args.checkpoint else 'random weights'}, device {device}, "
           f"threads {args.threads}")
     print(f"data: {args.batches} batches x {args.batch_size} contexts = {n_tokens:,} tokens; "
           f"{len(names)} layers decomposed ({', '.join(names)})")
     print("memory (flat in the number of contexts):")
-    _memory(model, preset.task, names, args.batches, args.batch_size, device)
+    _memory(model, make_batch, names, args.batches, args.batch_size, device)
 
     with torch.no_grad():
         model(tokens[0], return_type=None)  # warm-up

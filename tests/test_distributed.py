@@ -33,6 +33,7 @@ RUN = dict(batch_size=16, log_every=2, checkpoint_every=2, checkpoint_steps=(), 
 CLI_RUN = ["--batch-size", "16", "--log-every", "2", "--checkpoint-every", "2",
            "--device", "cpu", "--no-progress"]
 RTOL = 1e-5  # data-parallel vs one process: same batch, same math, other summation order
+GRAM_RTOL = 1e-5
 DECOMP_TOL = 1e-10
 
 
@@ -153,7 +154,10 @@ def test_sharded_decomposition_equals_one_process(job):
             for field in ("mu", "pos", "ctx", "centered_gram", "pos_counts", "ctx_counts"):
                 a, b = getattr(got, field), getattr(want, field)
                 assert a.dtype == torch.float64
-                assert (a - b).abs().max().item() <= DECOMP_TOL, (name, field)
+                # each rank shifts its float32 Grams by its own first batch (exact_gram=False):
+                # they agree to float32 rounding of the centered second moment
+                tol = GRAM_RTOL * b.abs().max().item() if field == "centered_gram" else DECOMP_TOL
+                assert (a - b).abs().max().item() <= tol, (name, field)
 
 
 # ------------------------------------------------------------ launching, and one process

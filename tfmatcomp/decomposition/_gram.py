@@ -70,13 +70,17 @@ class RunningGram:
 
     def __init__(self, d: int, dtype: torch.dtype, device: torch.device):
         self.tensor = torch.zeros(d, d, dtype=dtype, device=device)
-        self._syrk = None
+        self.shift: Tensor | None = None  # float32 [d], set by the first add_float32
+        self._scratch = torch.zeros(0, d, dtype=torch.float32, device=device)
+        self._gram32 = torch.zeros(d, d, dtype=torch.float32, device=device)
+        self._syrk = self._ssyrk = None
         if device.type == "cpu" and dtype in (torch.float32, torch.float64):
             from scipy.linalg import blas
 
             self._threads = _openblas_threads()
             if self._threads is not None:
                 self._syrk = blas.dsyrk if dtype == torch.float64 else blas.ssyrk
+                self._ssyrk = blas.ssyrk
                 self._array = self.tensor.numpy()  # the same memory, C order
 
     def add(self, rows: Float[Tensor, "n d"]) -> None:
@@ -94,6 +98,37 @@ class RunningGram:
             out = self._syrk(1.0, a, beta=1.0, c=c, trans=0, lower=0, overwrite_c=1)
         if not np.shares_memory(out, c):  # SciPy copied the target after all: write it back
             c[...] = out
+
+    def add_float32(self, rows: Float[Tensor, "n d"], row_sum: Float[Tensor, " d"]) -> None:
+        """Add ``rows^T rows`` for float32 ``rows`` whose float64 column sum is ``row_sum``, at
+        float32 cost: the batch's Gram is formed in float32 around a fixed shift ``s`` (the first
+        batch's mean) and put into the float64 sum as
+        ``sum (r - s)(r - s)^T + s S^T + S s^T - n s s^T`` (``S = row_sum``). The shift keeps the
+        float32 products small where the mean is large (no cancellation in float32), so the error is
+        float32 rounding relative to the *centered* second moment, the size of the rounding already
+        in float32 activations. Updates the lower triangle (see :meth:`full`)."""
+        n = rows.shape[0]
+        if n == 0:
+            return
+        if self.shift is None:
+            self.shift = rows.mean(0)
+        if self._scratch.shape[0] < n:
+            self._scratch = rows.new_empty(n, rows.shape[1])
+        centered = torch.sub(rows, self.shift, out=self._scratch[:n])
+        if self._ssyrk is None:
+            torch.mm(centered.T, centered, out=self._gram32)
+        else:  # one triangle, as in add(); beta=0 overwrites the scratch Gram
+            with _one_blas_thread(self._threads):
+                out = self._ssyrk(1.0, centered.numpy().T, beta=0.0, c=self._gram32.numpy().T,
+                                  trans=0, lower=0, overwrite_c=1)
+            if not np.shares_memory(out, self._gram32.numpy()):
+                self._gram32.numpy().T[...] = out
+        s = self.shift.to(self.tensor.dtype)
+        cross = torch.outer(s, row_sum.to(self.tensor.dtype))
+        self.tensor += self._gram32
+        self.tensor += cross
+        self.tensor += cross.T
+        self.tensor.addr_(s, s, alpha=-n)
 
     def replace(self, tensor: Float[Tensor, "d d"]) -> None:
         """Hold ``tensor`` (same layout: a sum of other parts' ``tensor``) from now on."""

@@ -39,8 +39,9 @@ class _LayerState:
     """Running sums for one layer (all float64 by default)."""
 
     def __init__(self, d: int, dtype: torch.dtype, device: torch.device, keep_ctx: bool,
-                 second_moment: bool):
+                 second_moment: bool, exact_gram: bool = False):
         self.d = d
+        self.exact_gram = exact_gram
         self.dtype, self.device = dtype, device
         self.pos_sum = torch.zeros(0, d, dtype=dtype, device=device)  # [T, d]
         self.pos_counts = torch.zeros(0, dtype=dtype, device=device)  # [T]
@@ -76,6 +77,10 @@ class _LayerState:
         overflow), and only then does ``check`` (the full check, counting the bad entries) run, so
         a clean batch costs a reduction over ``[T, d]`` rather than one over all of ``h``."""
         C, T, d = h.shape
+        if (mask is None and h.dtype == torch.float32 and self.dtype == torch.float64
+                and h.device == self.device):
+            self._update_float32(h, head, check)
+            return
         h = h.to(device=self.device, dtype=self.dtype)
         w = None
         if mask is not None:
@@ -98,6 +103,32 @@ class _LayerState:
             self.ctx_counts[rows] = T if w is None else w.sum(1)
         if self.raw_gram is not None:  # one symmetric rank-k update per layer and batch
             self.raw_gram.add(h.reshape(C * T, d))
+        self.n_contexts += C
+
+    def _update_float32(self, h: Tensor, head: Tensor | None, check: Callable[[], None]) -> None:
+        """:meth:`update` for unmasked float32 activations with float64 sums: the sums reduce in
+        float64 straight from float32 (no float64 copy of ``h``), and the second moment is formed in
+        float32 around a shift (:meth:`RunningGram.add_float32`) unless ``exact_gram``."""
+        C, T, d = h.shape
+        pos_batch = h.sum(0, dtype=torch.float64)
+        finite = torch.isfinite(pos_batch).all()
+        if head is not None:
+            finite = finite & torch.isfinite(head.to(self.device)).all()
+        if not bool(finite):
+            check()
+        self._grow_positions(T)
+        self.pos_sum[:T] += pos_batch
+        self.pos_counts[:T] += C
+        if self.keep_ctx:
+            self._grow_contexts(C)
+            rows = slice(self.n_contexts, self.n_contexts + C)
+            torch.sum(h, 1, dtype=torch.float64, out=self.ctx_sum[rows])
+            self.ctx_counts[rows] = T
+        if self.raw_gram is not None:
+            if self.exact_gram:
+                self.raw_gram.add(h.reshape(C * T, d).to(torch.float64))
+            else:
+                self.raw_gram.add_float32(h.reshape(C * T, d), pos_batch.sum(0))
         self.n_contexts += C
 
     def combine(self, reduce_sum: Callable[[Tensor], Tensor],
@@ -149,6 +180,12 @@ class DecompositionAccumulator:
         keep_ctx: keep one mean vector per context (needed for ``ctx``, incoherence and cluster
             measures). With False the memory is independent of the number of contexts.
         second_moment: accumulate ``sum h h^T`` per layer (``d x d``) for the relative norm.
+        exact_gram: with float32 activations and float64 sums (the default), each batch's second
+            moment is formed in float32 around a fixed shift and added to the float64 sum, at about
+            half the cost; its error is float32 rounding relative to the centered second moment,
+            the size of the rounding already in float32 activations. True forms it in float64
+            (``decompose``'s own precision). Means (``mu``, ``pos``, ``ctx``) are float64 sums
+            either way.
         dtype: accumulation precision.
         device: where the sums live (default: the device of the first batch).
 
@@ -169,12 +206,15 @@ class DecompositionAccumulator:
     """
 
     def __init__(self, *, drop_first: int = 0, keep_ctx: bool = True, second_moment: bool = True,
-                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None):
+                 exact_gram: bool = False, dtype: torch.dtype = torch.float64,
+                 device: torch.device | str | None = None):
         if not is_int(drop_first) or drop_first < 0:
             raise ValueError(f"drop_first: must be a non-negative integer, got {drop_first!r}")
         check_float_dtype("dtype", dtype)
         check_bool("keep_ctx", keep_ctx)
         check_bool("second_moment", second_moment)
+        check_bool("exact_gram", exact_gram)
+        self.exact_gram = exact_gram
         self.drop_first = drop_first
         self.keep_ctx = keep_ctx
         self.second_moment = second_moment
@@ -250,11 +290,38 @@ class DecompositionAccumulator:
         self._states[name] = state  # a layer is known only once a batch of it was accepted
 
     def _new_layer(self, d: int, device: torch.device) -> _LayerState:
-        return _LayerState(d, self.dtype, self.device or device, self.keep_ctx, self.second_moment)
+        return _LayerState(d, self.dtype, self.device or device, self.keep_ctx, self.second_moment,
+                           self.exact_gram)
 
     def _add_layer(self, name: str | int, d: int, device: torch.device) -> _LayerState:
         self._states[name] = state = self._new_layer(d, device)
         return state
+
+    def _update_float32(self, h: Tensor, head: Tensor | None, check: Callable[[], None]) -> None:
+        """:meth:`update` for unmasked float32 activations with float64 sums: the sums reduce in
+        float64 straight from float32 (no float64 copy of ``h``), and the second moment is formed in
+        float32 around a shift (:meth:`RunningGram.add_float32`) unless ``exact_gram``."""
+        C, T, d = h.shape
+        pos_batch = h.sum(0, dtype=torch.float64)
+        finite = torch.isfinite(pos_batch).all()
+        if head is not None:
+            finite = finite & torch.isfinite(head.to(self.device)).all()
+        if not bool(finite):
+            check()
+        self._grow_positions(T)
+        self.pos_sum[:T] += pos_batch
+        self.pos_counts[:T] += C
+        if self.keep_ctx:
+            self._grow_contexts(C)
+            rows = slice(self.n_contexts, self.n_contexts + C)
+            torch.sum(h, 1, dtype=torch.float64, out=self.ctx_sum[rows])
+            self.ctx_counts[rows] = T
+        if self.raw_gram is not None:
+            if self.exact_gram:
+                self.raw_gram.add(h.reshape(C * T, d).to(torch.float64))
+            else:
+                self.raw_gram.add_float32(h.reshape(C * T, d), pos_batch.sum(0))
+        self.n_contexts += C
 
     def combine(self, reduce_sum: Callable[[Tensor], Tensor],
                 gather_rows: Callable[[Tensor], Tensor],
