@@ -77,17 +77,19 @@ class _LayerState:
         overflow), and only then does ``check`` (the full check, counting the bad entries) run, so
         a clean batch costs a reduction over ``[T, d]`` rather than one over all of ``h``."""
         C, T, d = h.shape
-        if (mask is None and h.dtype == torch.float32 and self.dtype == torch.float64
-                and h.device == self.device):
-            self._update_float32(h, head, check)
-            return
-        h = h.to(device=self.device, dtype=self.dtype)
+        # unmasked float32 into float64 sums: reduce straight from float32 (no float64 copy of h)
+        # and form the second moment in float32 around a shift, unless exact_gram
+        float32 = (mask is None and h.dtype == torch.float32 and self.dtype == torch.float64
+                   and h.device == self.device)
+        sum_dtype = self.dtype if float32 else None
         w = None
+        if not float32:
+            h = h.to(device=self.device, dtype=self.dtype)
         if mask is not None:
             mask = mask.to(self.device)
             h = masked(h, mask)
             w = valid_weights(h, mask)
-        pos_batch = h.sum(0)
+        pos_batch = h.sum(0, dtype=sum_dtype)
         finite = torch.isfinite(pos_batch).all()
         if head is not None:
             finite = finite & torch.isfinite(head.to(self.device)).all()
@@ -99,36 +101,14 @@ class _LayerState:
         if self.keep_ctx:
             self._grow_contexts(C)
             rows = slice(self.n_contexts, self.n_contexts + C)
-            torch.sum(h, 1, out=self.ctx_sum[rows])
+            torch.sum(h, 1, dtype=sum_dtype, out=self.ctx_sum[rows])
             self.ctx_counts[rows] = T if w is None else w.sum(1)
         if self.raw_gram is not None:  # one symmetric rank-k update per layer and batch
-            self.raw_gram.add(h.reshape(C * T, d))
-        self.n_contexts += C
-
-    def _update_float32(self, h: Tensor, head: Tensor | None, check: Callable[[], None]) -> None:
-        """:meth:`update` for unmasked float32 activations with float64 sums: the sums reduce in
-        float64 straight from float32 (no float64 copy of ``h``), and the second moment is formed in
-        float32 around a shift (:meth:`RunningGram.add_float32`) unless ``exact_gram``."""
-        C, T, d = h.shape
-        pos_batch = h.sum(0, dtype=torch.float64)
-        finite = torch.isfinite(pos_batch).all()
-        if head is not None:
-            finite = finite & torch.isfinite(head.to(self.device)).all()
-        if not bool(finite):
-            check()
-        self._grow_positions(T)
-        self.pos_sum[:T] += pos_batch
-        self.pos_counts[:T] += C
-        if self.keep_ctx:
-            self._grow_contexts(C)
-            rows = slice(self.n_contexts, self.n_contexts + C)
-            torch.sum(h, 1, dtype=torch.float64, out=self.ctx_sum[rows])
-            self.ctx_counts[rows] = T
-        if self.raw_gram is not None:
-            if self.exact_gram:
-                self.raw_gram.add(h.reshape(C * T, d).to(torch.float64))
+            rows = h.reshape(C * T, d)
+            if float32 and not self.exact_gram:
+                self.raw_gram.add_float32(rows, pos_batch.sum(0))
             else:
-                self.raw_gram.add_float32(h.reshape(C * T, d), pos_batch.sum(0))
+                self.raw_gram.add(rows.to(self.dtype))
         self.n_contexts += C
 
     def combine(self, reduce_sum: Callable[[Tensor], Tensor],
