@@ -32,22 +32,24 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import re
 import shutil
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
 
+from safetensors.torch import save_file
+
+from tfmatcomp.checkpoint_files import (
+    _SAFETENSORS_DTYPES, _SHARD_NAME, INDEX_FILE, WEIGHTS_FILE, CheckpointError, _load_tensors,
+    _plain_file, _read_json, _sha256, _shard_limit, _tensor_specs, _weight_files, _write_weights,
+    checkpoint_dtype,
+)
 from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig
 from tfmatcomp.decoder import HookedDecoder
 from tfmatcomp.model import HookedEncoder
@@ -69,10 +71,6 @@ Model = HookedEncoder | HookedDecoder
 ModelConfig = EncoderConfig | DecoderConfig
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded safely: missing, corrupted, pickled, or inconsistent."""
-
-
 class ConfigMismatchError(CheckpointError):
     """A checkpoint whose configuration differs from the one the caller expects."""
 
@@ -92,72 +90,6 @@ class CheckpointInfo:
 def checkpoint_dir_name(step: int) -> str:
     """Directory name of the checkpoint at ``step`` inside a run (``step_0004000``)."""
     return f"step_{step:07d}"
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-_MAX_JSON_BYTES = 64 << 20  # config.json / state.json larger than this are refused unread
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
-                       "BF16": torch.bfloat16}
-WEIGHTS_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-_SHARD_NAME = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-#: Names :func:`checkpoint_dtype` accepts (``TrainConfig.checkpoint_dtype`` holds the first three).
-_DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
-                "float64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
-                "fp16": torch.float16}
-_MAX_SHARD_MB = 1 << 20  # a shard limit above 1 TiB is surely a unit mistake
-#: safetensors header bytes per tensor entry beyond its name (dtype, shape, offsets), and per file;
-#: over-estimates, so that a shard file stays under the limit, header included.
-_ENTRY_BYTES, _FILE_BYTES = 160, 64
-
-
-def _plain_file(directory: Path, name: Any) -> Path:
-    """``directory / name`` if ``name`` is a plain file name (no separator, not ``..``) of a regular
-    file inside ``directory`` (a symlink only if it stays inside); else :class:`CheckpointError`.
-
-    Devices, fifos, sockets and paths leaving the checkpoint (``/dev/zero``, ``../../etc/passwd``)
-    are refused before anything is opened, so a crafted ``config.json`` can neither make the loader
-    read forever nor read a file outside the checkpoint.
-    """
-    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name
-            or "\0" in name or (os.altsep and os.altsep in name)):
-        raise CheckpointError(f"path: {directory / 'config.json'} names the file {name!r}; only "
-                              "plain file names inside the checkpoint directory are accepted")
-    file = directory / name
-    try:
-        st = file.lstat()
-    except FileNotFoundError:
-        raise CheckpointError(f"path: {file} is missing") from None
-    except OSError as e:
-        raise CheckpointError(f"path: {file} cannot be read ({e.strerror})") from None
-    if stat.S_ISLNK(st.st_mode):
-        target = file.resolve()
-        if target.parent != directory.resolve():
-            raise CheckpointError(f"path: {file} is a symlink to {target}, outside the checkpoint "
-                                  "directory; refused")
-        st = target.stat()
-    if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(f"path: {file} is not a regular file (a device, fifo or directory); "
-                              "refused")
-    return file
-
-
-def _read_json(directory: Path, name: str) -> Any:
-    """The JSON content of the plain file ``name`` in ``directory``, size-bounded."""
-    file = _plain_file(directory, name)
-    if file.stat().st_size > _MAX_JSON_BYTES:
-        raise CheckpointError(f"path: {file} is larger than {_MAX_JSON_BYTES >> 20} MiB; refused")
-    try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-        raise CheckpointError(f"path: {file} is not valid JSON ({e})") from None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -268,95 +200,6 @@ def save_checkpoint(
     return path
 
 
-def checkpoint_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
-    """The weights' dtype that ``dtype`` names: None (keep the model's), a torch floating dtype
-    (float32, bfloat16, float16, float64) or one of the names ``"float32"``, ``"bfloat16"``,
-    ``"float16"``, ``"float64"``, ``"fp32"``, ``"bf16"``, ``"fp16"``.
-
-    Example:
-        >>> checkpoint_dtype("bf16")
-        torch.bfloat16
-        >>> checkpoint_dtype("int8")
-        Traceback (most recent call last):
-        ...
-        ValueError: dtype: must be None, torch.float32, torch.bfloat16, torch.float16, torch.float64 or one of ['bf16', 'bfloat16', 'float16', 'float32', 'float64', 'fp16', 'fp32'], got 'int8'
-    """
-    if dtype is None or (isinstance(dtype, torch.dtype) and dtype in _DTYPE_NAMES.values()):
-        return dtype
-    if isinstance(dtype, str) and dtype in _DTYPE_NAMES:
-        return _DTYPE_NAMES[dtype]
-    raise ValueError(f"dtype: must be None, torch.float32, torch.bfloat16, torch.float16, "
-                     f"torch.float64 or one of {sorted(_DTYPE_NAMES)}, got {dtype!r}")
-
-
-def _shard_limit(max_shard_mb: Any) -> int | None:
-    """``max_shard_mb`` in bytes (None: no sharding), or ``ValueError`` naming the range."""
-    if max_shard_mb is None:
-        return None
-    ok = (isinstance(max_shard_mb, (int, float)) and not isinstance(max_shard_mb, bool)
-          and math.isfinite(max_shard_mb) and 0 < max_shard_mb <= _MAX_SHARD_MB)
-    if not ok:
-        raise ValueError(f"max_shard_mb: must be None or a number of MiB in (0, {_MAX_SHARD_MB}], "
-                         f"got {max_shard_mb!r}")
-    return int(max_shard_mb * (1 << 20))
-
-
-def _shards(weights: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    """Tensors packed in order into shards whose files stay under ``max_bytes``; a tensor larger
-    than that alone goes into a shard of its own."""
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = _FILE_BYTES
-    for name, t in weights.items():
-        cost = t.numel() * t.element_size() + _ENTRY_BYTES + len(name.encode())
-        if shards[-1] and size + cost > max_bytes:
-            shards.append({})
-            size = _FILE_BYTES
-        shards[-1][name] = t
-        size += cost
-    return shards
-
-
-def _write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes: int | None) -> None:
-    """``model.safetensors``, or shards and their index when they do not fit in one file."""
-    shards = [weights] if max_bytes is None else _shards(weights, max_bytes)
-    if len(shards) == 1:
-        save_file(weights, directory / WEIGHTS_FILE)
-        return
-    weight_map = {}
-    for i, shard in enumerate(shards, 1):
-        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, directory / name)
-        weight_map.update(dict.fromkeys(shard, name))
-    total = sum(t.numel() * t.element_size() for t in weights.values())
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
-
-
-def _weight_files(path: Path) -> dict[Path, set[str] | None]:
-    """The checkpoint's weight files, each with the tensor names its index assigns it (None for
-    the single ``model.safetensors``, which holds them all)."""
-    if not (path / INDEX_FILE).exists():
-        return {_plain_file(path, WEIGHTS_FILE): None}
-    index = _read_json(path, INDEX_FILE)
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"path: {path / INDEX_FILE} has no 'weight_map' of tensor name -> "
-                              "shard file")
-    files: dict[str, set[str]] = {}
-    for tensor, name in weight_map.items():
-        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
-            raise CheckpointError(f"path: {path / INDEX_FILE} puts {tensor!r} in {name!r}; "
-                                  "expected a shard name model-0000k-of-0000n.safetensors")
-        files.setdefault(name, set()).add(tensor)
-    out = {}
-    for name, tensors in sorted(files.items()):
-        if not (path / name).exists():
-            raise CheckpointError(f"path: shard {name} of {path} is missing (listed in {INDEX_FILE}"
-                                  f" for {len(tensors)} tensors)")
-        out[_plain_file(path, name)] = tensors
-    return out
-
-
 def _resolve(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_file():
@@ -405,16 +248,6 @@ def _read_config(path: Path) -> dict[str, Any]:
         if _sha256(file) != digest.lower():
             raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
     return config
-
-
-def _tensor_specs(file: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """``{name: (shape, dtype)}`` from a safetensors header, without reading any tensor."""
-    try:
-        with safe_open(file, framework="pt") as f:
-            return {k: (tuple(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype())
-                    for k in f.keys()}
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"path: {file} is not a readable safetensors file ({e})") from None
 
 
 def _kind_of(model: Any) -> str:
@@ -471,14 +304,6 @@ def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] 
             f"path: weights in {path} do not match its config: missing {missing[:5]}, unexpected "
             f"{unexpected[:5]}, shape (expected, found) {dict(list(bad_shapes.items())[:5])}")
     return _SAFETENSORS_DTYPES[dtypes.pop()]
-
-
-def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
-    file = _plain_file(file.parent, file.name)
-    try:
-        return load_file(file)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"path: {file} is not a readable safetensors file ({e})") from None
 
 
 def load_checkpoint_info(
