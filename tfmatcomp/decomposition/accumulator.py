@@ -277,32 +277,6 @@ class DecompositionAccumulator:
         self._states[name] = state = self._new_layer(d, device)
         return state
 
-    def _update_float32(self, h: Tensor, head: Tensor | None, check: Callable[[], None]) -> None:
-        """:meth:`update` for unmasked float32 activations with float64 sums: the sums reduce in
-        float64 straight from float32 (no float64 copy of ``h``), and the second moment is formed in
-        float32 around a shift (:meth:`RunningGram.add_float32`) unless ``exact_gram``."""
-        C, T, d = h.shape
-        pos_batch = h.sum(0, dtype=torch.float64)
-        finite = torch.isfinite(pos_batch).all()
-        if head is not None:
-            finite = finite & torch.isfinite(head.to(self.device)).all()
-        if not bool(finite):
-            check()
-        self._grow_positions(T)
-        self.pos_sum[:T] += pos_batch
-        self.pos_counts[:T] += C
-        if self.keep_ctx:
-            self._grow_contexts(C)
-            rows = slice(self.n_contexts, self.n_contexts + C)
-            torch.sum(h, 1, dtype=torch.float64, out=self.ctx_sum[rows])
-            self.ctx_counts[rows] = T
-        if self.raw_gram is not None:
-            if self.exact_gram:
-                self.raw_gram.add(h.reshape(C * T, d).to(torch.float64))
-            else:
-                self.raw_gram.add_float32(h.reshape(C * T, d), pos_batch.sum(0))
-        self.n_contexts += C
-
     def combine(self, reduce_sum: Callable[[Tensor], Tensor],
                 gather_rows: Callable[[Tensor], Tensor],
                 layers: Mapping[str | int, int] | None = None) -> None:
