@@ -3,18 +3,24 @@ attention change per head, uniform ablation of all heads, X -> -X patching at ho
 Q/K/V transplant both ways. Works on encoder and decoder runs alike (docs/gpt-variant.md).
 
     python scripts/drop_analysis.py runs/gpt/run --before 1000 --after 3000
+
+``--before 0`` takes the model the run started from (rebuilt from its config and seed, as the
+trainer builds it) when the run has no checkpoint at step 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 import torch
 
-from tfmatcomp.checkpoint import list_checkpoints
+from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info, save_checkpoint
 from tfmatcomp.experiments import (activation_patching, attention_ablation, attention_change,
                                    weight_transplant)
+from tfmatcomp.training import model_class
 
 COLS = ["L", "L_obs", "L_mask"]
 
@@ -34,6 +40,11 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     ckpts = list_checkpoints(args.run)
+    if 0 not in ckpts:  # the initial model: what the trainer built from the config and seed
+        _, info = load_checkpoint_info(next(iter(ckpts.values())), device="cpu")
+        init = model_class(info.model_cfg)(info.model_cfg, seed=info.train_cfg.seed)
+        ckpts[0] = save_checkpoint(init, Path(tempfile.mkdtemp()) / "step_0000000",
+                                   task_cfg=info.task_cfg, train_cfg=info.train_cfg, step=0)
     pre, post = str(ckpts[args.before]), str(ckpts[args.after])
     n = args.samples
 
