@@ -1,0 +1,97 @@
+"""Train one configuration of the GPT variant on the CPU and print the figures of the search in
+docs/gpt-variant.md: the curve at a few steps, the detected drops (eval L_mask: the masked
+entries; eval CE_obs: the copy transition at observed entries) and the time per step.
+
+Resumable: running it again with a larger --steps continues the run in --out.
+
+    python scripts/gpt_search.py --out runs/gpt/base --steps 3000
+    python scripts/gpt_search.py --out runs/gpt/i01 --steps 3000 --init-range 0.1 --p-mask 0.2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import tfmatcomp as tm
+from tfmatcomp import gpt_task
+from tfmatcomp.dynamics import detect_drop
+
+COLUMNS = ["step", "eval_CE_obs", "eval_CE_mask", "eval_acc_obs", "eval_acc_mask", "eval_L_mask",
+           "eval_gen_acc_mask", "eval_gen_L_mask"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="gpt-tiny")
+    ap.add_argument("--out", required=True, help="run directory (resumed if present)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--log-every", type=int)
+    ap.add_argument("--checkpoint-every", type=int)
+    ap.add_argument("--n-rows", type=int)
+    ap.add_argument("--rank", type=int)
+    ap.add_argument("--p-mask", type=float)
+    ap.add_argument("--d-model", type=int)
+    ap.add_argument("--d-mlp", type=int)
+    ap.add_argument("--n-layers", type=int)
+    ap.add_argument("--n-heads", type=int)
+    ap.add_argument("--init-range", type=float, help="std of the normal weight init (preset: 0.02)")
+    ap.add_argument("--every", type=int, default=250, help="steps between rows of the printed curve")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    preset = tm.get_preset(args.preset)
+    task_cfg = dataclasses.replace(preset.task, **{k: v for k, v in {
+        "n_rows": args.n_rows, "rank": args.rank, "p_mask": args.p_mask}.items() if v is not None})
+    sizes = {k: v for k, v in {"d_model": args.d_model, "d_mlp": args.d_mlp,
+                                "n_layers": args.n_layers, "n_heads": args.n_heads,
+                                "init_range": args.init_range}.items() if v is not None}
+    if "n_heads" in sizes or "d_model" in sizes:
+        sizes["d_head"] = None  # recomputed from the new d_model / n_heads
+    model_cfg = dataclasses.replace(
+        preset.model, n_ctx=gpt_task.sequence_length(task_cfg.n_positions), **sizes)
+    overrides = {k: v for k, v in {"n_steps": args.steps, "seed": args.seed,
+                                   "batch_size": args.batch_size, "lr": args.lr,
+                                   "log_every": args.log_every,
+                                   "checkpoint_every": args.checkpoint_every}.items()
+                 if v is not None}
+    result = tm.train(preset, model_cfg=model_cfg, task_cfg=task_cfg, out_dir=args.out,
+                      resume=True, device="cpu", progress=False, **overrides)
+
+    del result
+    m = tm.read_metrics(args.out)  # the whole log, also the part before a resume
+    shown = m[(m["step"] % args.every == 0) | (m["step"] <= 200) | (m["step"] == m["step"].max())]
+    print(shown[COLUMNS].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    drops = {}
+    for col in ("eval_L_mask", "eval_CE_mask", "eval_CE_obs"):
+        try:
+            d = detect_drop(m, column=col, min_drop_factor=1.5 if "CE" in col else 2.0)
+        except ValueError as e:  # too short a log
+            drops[col] = str(e)
+            continue
+        drops[col] = {k: d.as_dict()[k] for k in ("has_drop", "drop_start", "drop_step", "drop_end",
+                                                   "plateau_level", "final_level", "drop_factor",
+                                                   "reason")}
+    tail = m[m["step"] > 0.9 * m["step"].max()]
+    summary = {
+        "config": {"task": task_cfg.to_dict(), "model": model_cfg.to_dict(), **overrides},
+        "threads": args.threads, "steps": int(m["step"].max()),
+        "ms_per_step": 1000 * float(m["elapsed_s"].iloc[-1]) / float(m["step"].iloc[-1]),
+        "final_medians": {c: float(tail[c].median()) for c in COLUMNS[1:]},
+        "drops": drops,
+    }
+    print(json.dumps(summary, indent=1, default=str))
+    Path(args.out, "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
