@@ -40,7 +40,7 @@ from tfmatcomp.geometry.theory import (_factorization_errors, _matched_inputs, p
 from tfmatcomp.report.sections import Section
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
-__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "SECTIONS"]
+__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "SECTIONS"]
 
 
 @dataclass
@@ -76,7 +76,15 @@ class GeometryReport:
         return [s.key for s in self.sections if s.error]
 
 
-def _layer_mean_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
+def table1_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
+    """Table 1's row for a per-layer summary: each column's mean (std) over layers, as text.
+
+    Example:
+        >>> import pandas as pd
+        >>> t = pd.DataFrame({c: [1.0, 3.0] for c in paper.TABLE1_COLUMNS})
+        >>> table1_row(t, "ours", "text")["rank_estimate"]
+        '2 (1)'
+    """
     row: dict[str, Any] = {"model": label, "corpus": corpus}
     for col in paper.TABLE1_COLUMNS:
         v = table[col].dropna()
@@ -88,7 +96,7 @@ def _table1(g: GeometryContext, s: Section) -> None:
     from tfmatcomp.plotting.geometry import layer_measurements_figure
 
     table = g.summary
-    ours = _layer_mean_row(table, f"{g.model.family} (ours)", Path(g.text).name)
+    ours = table1_row(table, f"{g.model.family} (ours)", Path(g.text).name)
     s.items += [pd.DataFrame([ours] + paper.paper_rows()), table,
                 layer_measurements_figure(table, {
                     "BERT": {"rank_estimate": paper.PAPER_SCREENOT_RANKS["BERT"],
