@@ -92,7 +92,12 @@ class CharTokenizer:
 
     @classmethod
     def from_text(cls, text: str) -> "CharTokenizer":
-        """The sorted set of the characters of ``text``."""
+        """The sorted set of the characters of ``text``.
+
+        Example:
+            >>> CharTokenizer.from_text("banana").chars
+            'abn'
+        """
         return cls("".join(sorted(set(text))))
 
     @classmethod
@@ -225,6 +230,9 @@ def cosine_lr(step: int, n_steps: int, warmup_steps: int, min_ratio: float) -> f
         >>> [round(cosine_lr(s, 10, 2, 0.1), 3) for s in (0, 1, 2, 6, 10)]
         [0.5, 1.0, 1.0, 0.55, 0.1]
     """
+    check_positive_int("n_steps", n_steps)
+    check_int_in_range("warmup_steps", warmup_steps, 0, n_steps)
+    check_in_range("min_ratio", min_ratio, 0.0, 1.0)
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     progress = min(1.0, (step - warmup_steps) / max(1, n_steps - warmup_steps))

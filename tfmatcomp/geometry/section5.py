@@ -295,7 +295,14 @@ def randomize_tokens(tokens: Int[Tensor, "batch pos"], keep: float, vocab_size: 
 
 
 def randomized_sampler(sampler: Sampler, keep: float, vocab_size: int) -> Sampler:
-    """``sampler``'s windows passed through :func:`randomize_tokens` (same generator)."""
+    """``sampler``'s windows passed through :func:`randomize_tokens` (same generator).
+
+    Example:
+        >>> from tfmatcomp.geometry.lm import text_sampler
+        >>> s = randomized_sampler(text_sampler(torch.zeros(20, dtype=torch.long), 4), 0.5, 9)
+        >>> s(2, torch.Generator().manual_seed(0))[:, :2].tolist()   # the first half is the text
+        [[0, 0], [0, 0]]
+    """
     check_in_range("keep", keep, 0.0, 1.0)
     if keep == 1.0:
         return sampler
