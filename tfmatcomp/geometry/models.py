@@ -75,7 +75,8 @@ class GeometryModel:
         causal: whether attention is causal (decoders).
         stream_keys: accumulator keys of ``h^(0..L)`` (the paper's Layer 0..L).
         attention_input_keys: accumulator keys of each block's attention input (the QK split site).
-        family: ``"bert"`` or ``"gpt2"``.
+        family: the label the report shows: ``"bert"``, ``"gpt2"``, or a decoder checkpoint's ``family``
+            metadata (default ``"decoder"``).
         site: one sentence naming the QK split site, for the report.
     """
 
