@@ -7,6 +7,7 @@ the NanoGPT geometry page (OUT/nanogpt.html). One torch thread by default.
 
     python scripts/section5.py --out runs/section5                  # all three (about 15 min, 1 thread)
     python scripts/section5.py --out runs/section5 --only addition --addition-steps 3000
+    python scripts/section5.py --out runs/carry-10k --only addition --addition-settings carry --addition-steps 10000
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--addition-digits", type=int, default=6, help="L: operands of L//2..L digits")
     ap.add_argument("--addition-steps", type=int, default=3000)
+    ap.add_argument("--addition-settings", default="no_carry,carry",
+                    help="comma-separated: no_carry, carry (default both)")
     ap.add_argument("--random-steps", type=int, default=800)
     ap.add_argument("--nanogpt-steps", type=int, default=1200)
     args = ap.parse_args()
@@ -57,7 +60,8 @@ def main() -> None:
     if "addition" in todo:
         t0 = time.perf_counter()
         r = addition_experiment(max_digits=args.addition_digits, n_steps=args.addition_steps,
-                                seed=args.seed, out_dir=out)
+                                settings=args.addition_settings.split(","), seed=args.seed,
+                                out_dir=out)
         acc = r["accuracy"].pivot(index="digits", columns="setting", values="accuracy").reset_index()
         layer_means = r["positional"].groupby("setting").mean(numeric_only=True).reset_index()
         results["addition"] = {"accuracy": r["accuracy"].to_dict("records"),

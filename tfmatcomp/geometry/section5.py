@@ -341,10 +341,11 @@ def addition_experiment(
     seed: int = 0,
     n_eval: int = 256,
     n_measure: int = 256,
+    settings: Sequence[str] = ("no_carry", "carry"),
     out_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """Section 5.2: one model trained with carries and one without, on operand lengths
-    ``max_digits // 2 .. max_digits``.
+    """Section 5.2: one model trained with carries and one without (``settings``: either or both
+    of ``"no_carry"``, ``"carry"``), on operand lengths ``max_digits // 2 .. max_digits``.
 
     Returns:
         ``{"accuracy": DataFrame (setting, digits, accuracy, in_training), "positional":
@@ -358,8 +359,12 @@ def addition_experiment(
         >>> sorted(r["accuracy"]["setting"].unique())
         ['carry', 'no_carry']
     """
+    known = {"no_carry": False, "carry": True}
+    if not settings or any(x not in known for x in settings):
+        raise ValueError(f"settings: choose one or both of {tuple(known)}, got {tuple(settings)}")
     acc_frames, pos_frames, seconds, models = [], [], {}, {}
-    for setting, carry in (("no_carry", False), ("carry", True)):
+    for setting in settings:
+        carry = known[setting]
         task = AdditionTask(max_digits=max_digits, carry=carry)
         cfg = _config(n_layers, d_model, n_heads, task.n_positions, ADDITION_TOKENIZER.vocab_size)
         t0 = time.perf_counter()
