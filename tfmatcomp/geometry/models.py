@@ -114,7 +114,23 @@ class GeometryModel:
         raise NotImplementedError
 
 
-class EncoderGeometry(GeometryModel):
+class _HookedWeights:
+    """Heads and Q/K weights of a tfmatcomp model (HookedEncoder or HookedDecoder) in ``module``."""
+
+    module: nn.Module
+    n_layers: int
+
+    @property
+    def n_heads(self) -> int:
+        return self.module.cfg.n_heads
+
+    def qk_weights(self, layer):
+        check_int_in_range("layer", layer, 0, self.n_layers - 1)
+        a = self.module.blocks[layer].attn
+        return a.W_Q, a.W_K, a.b_Q, a.b_K
+
+
+class EncoderGeometry(_HookedWeights, GeometryModel):
     """A :class:`~tfmatcomp.HookedEncoder` (e.g. a converted BERT)."""
 
     family = "bert"
@@ -129,10 +145,6 @@ class EncoderGeometry(GeometryModel):
         self.stream_keys = residual_stream_names(model)
         self.attention_input_keys = [f"blocks.{l}.hook_resid_pre" for l in range(len(model.blocks))]
 
-    @property
-    def n_heads(self) -> int:
-        return self.module.cfg.n_heads
-
     def accumulate(self, batches, *, drop_first, progress, total):
         return accumulate(self.module, batches, self.stream_keys, drop_first=drop_first,
                           progress=progress, total=total)
@@ -141,11 +153,6 @@ class EncoderGeometry(GeometryModel):
         from tfmatcomp.decomposition import residual_pass
 
         return residual_pass(self.module, acc, tokens, self.stream_keys)
-
-    def qk_weights(self, layer):
-        check_int_in_range("layer", layer, 0, self.n_layers - 1)
-        a = self.module.blocks[layer].attn
-        return a.W_Q, a.W_K, a.b_Q, a.b_K
 
     def qk(self, tokens, layer, decomposition):
         return qk_decomposition(self.module, tokens.to(self.module.device), layer, decomposition)
@@ -262,7 +269,7 @@ class GPT2Geometry(_ForwardHookGeometry):
         return _causal_split(seen["x"], decomposition, self.qk_weights(layer), scores, layer)
 
 
-class DecoderGeometry(_ForwardHookGeometry):
+class DecoderGeometry(_HookedWeights, _ForwardHookGeometry):
     """A :class:`~tfmatcomp.HookedDecoder` (pre-LN, causal): a tfmatcomp checkpoint, or a GPT-2
     converted with :meth:`~tfmatcomp.HookedDecoder.from_hf`.
 
@@ -305,10 +312,6 @@ class DecoderGeometry(_ForwardHookGeometry):
         self.stream_keys = [f"blocks.{l}.hook_resid_pre" for l in range(L)] + ["ln_final"]
         self.attention_input_keys = [f"blocks.{l}.ln1" for l in range(L)]
 
-    @property
-    def n_heads(self) -> int:
-        return self.module.cfg.n_heads
-
     def _modules(self) -> dict[str, nn.Module]:
         m = self.module
         mods: dict[str, nn.Module] = {f"blocks.{l}.hook_resid_pre": b.hook_resid_pre
@@ -316,11 +319,6 @@ class DecoderGeometry(_ForwardHookGeometry):
         mods["ln_final"] = m.ln_final
         mods.update({f"blocks.{l}.ln1": b.ln1 for l, b in enumerate(m.blocks)})
         return mods
-
-    def qk_weights(self, layer):
-        check_int_in_range("layer", layer, 0, self.n_layers - 1)
-        a = self.module.blocks[layer].attn
-        return a.W_Q, a.W_K, a.b_Q, a.b_K
 
     def qk(self, tokens, layer, decomposition):
         from tfmatcomp.datapath import run_chunked
