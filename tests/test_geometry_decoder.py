@@ -111,6 +111,7 @@ def test_cli_geometry_on_a_saved_hooked_decoder_checkpoint(tmp_path, corpus):
                  "--positions", "16", "--second-pass", "4", "--no-progress"]) == 0
     page = out.read_text()
     assert "Table 1 per layer" in page and "char-gpt (ours)" in page and "blocks.l.ln1" in page
+    assert "NanoGPT (paper)" in page  # a small decoder is shown beside the paper's NanoGPT too
     for key in ("table1", "pca", "gram", "clusters", "qk", "theory", "induction"):
         assert f'id="{key}"' in page
     # its weights file names the same checkpoint; 'hooks' is for transformers directories only

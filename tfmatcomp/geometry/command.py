@@ -97,7 +97,9 @@ def _table1(g: GeometryContext, s: Section) -> None:
 
     table = g.summary
     ours = table1_row(table, f"{g.model.family} (ours)", Path(g.text).name)
-    s.items += [pd.DataFrame([ours] + paper.paper_rows()), table,
+    small_decoder = g.model.causal and g.model.family != "gpt2"  # e.g. a character-level GPT
+    rows = paper.paper_rows(("NanoGPT", "BERT", "GPT-2") if small_decoder else ("BERT", "GPT-2"))
+    s.items += [pd.DataFrame([ours] + rows), table,
                 layer_measurements_figure(table, {
                     "BERT": {"rank_estimate": paper.PAPER_SCREENOT_RANKS["BERT"],
                              "stable_rank": paper.PAPER_STABLE_RANKS["BERT"],
@@ -112,7 +114,9 @@ def _table1(g: GeometryContext, s: Section) -> None:
               "||P||_op / ||M||_op, the mean |cos| between context means of different documents "
               "(inter) and of the same document (intra), and the incoherence max |cos(pos_t, ctx_c)|. "
               "The first table gives the mean (std) over layers beside the paper's BERT and GPT-2 "
-              "rows (6.4K contexts of 512 tokens from OpenWebText / WikiText); ours use "
+              "rows (6.4K contexts of 512 tokens from OpenWebText / WikiText"
+              + ("; and its character-level NanoGPT on Shakespeare" if small_decoder else "")
+              + "); ours use "
               f"{g.contexts.n_contexts} contexts of {g.contexts.n_positions} tokens from "
               f"{len(g.contexts.names)} document(s), first {g.drop_first} token(s) dropped.")
 
