@@ -21,7 +21,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 import torch
@@ -29,7 +29,7 @@ import torch
 from tfmatcomp.decomposition import Decomposition
 from tfmatcomp.geometry import paper
 from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
-from tfmatcomp.geometry.corpus import Contexts, cut_contexts, read_documents
+from tfmatcomp.geometry.corpus import Contexts, Document, cut_contexts, read_documents
 from tfmatcomp.geometry.induction import induction_study
 from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
@@ -40,7 +40,7 @@ from tfmatcomp.geometry.theory import (_factorization_errors, _matched_inputs, p
 from tfmatcomp.report.sections import Section
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
-__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "SECTIONS"]
+__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "SECTIONS"]
 
 
 @dataclass
@@ -76,7 +76,15 @@ class GeometryReport:
         return [s.key for s in self.sections if s.error]
 
 
-def _layer_mean_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
+def table1_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
+    """Table 1's row for a per-layer summary: each column's mean (std) over layers, as text.
+
+    Example:
+        >>> import pandas as pd
+        >>> t = pd.DataFrame({c: [1.0, 3.0] for c in paper.TABLE1_COLUMNS})
+        >>> table1_row(t, "ours", "text")["rank_estimate"]
+        '2 (1)'
+    """
     row: dict[str, Any] = {"model": label, "corpus": corpus}
     for col in paper.TABLE1_COLUMNS:
         v = table[col].dropna()
@@ -88,8 +96,10 @@ def _table1(g: GeometryContext, s: Section) -> None:
     from tfmatcomp.plotting.geometry import layer_measurements_figure
 
     table = g.summary
-    ours = _layer_mean_row(table, f"{g.model.family} (ours)", Path(g.text).name)
-    s.items += [pd.DataFrame([ours] + paper.paper_rows()), table,
+    ours = table1_row(table, f"{g.model.family} (ours)", Path(g.text).name)
+    small_decoder = g.model.causal and g.model.family != "gpt2"  # e.g. a character-level GPT
+    rows = paper.paper_rows(("NanoGPT", "BERT", "GPT-2") if small_decoder else ("BERT", "GPT-2"))
+    s.items += [pd.DataFrame([ours] + rows), table,
                 layer_measurements_figure(table, {
                     "BERT": {"rank_estimate": paper.PAPER_SCREENOT_RANKS["BERT"],
                              "stable_rank": paper.PAPER_STABLE_RANKS["BERT"],
@@ -104,7 +114,9 @@ def _table1(g: GeometryContext, s: Section) -> None:
               "||P||_op / ||M||_op, the mean |cos| between context means of different documents "
               "(inter) and of the same document (intra), and the incoherence max |cos(pos_t, ctx_c)|. "
               "The first table gives the mean (std) over layers beside the paper's BERT and GPT-2 "
-              "rows (6.4K contexts of 512 tokens from OpenWebText / WikiText); ours use "
+              "rows (6.4K contexts of 512 tokens from OpenWebText / WikiText"
+              + ("; and its character-level NanoGPT on Shakespeare" if small_decoder else "")
+              + "); ours use "
               f"{g.contexts.n_contexts} contexts of {g.contexts.n_positions} tokens from "
               f"{len(g.contexts.names)} document(s), first {g.drop_first} token(s) dropped.")
 
@@ -210,7 +222,9 @@ def _induction(g: GeometryContext, s: Section) -> None:
 
     inputs = {l: g.attention_inputs[k] for l, k in enumerate(g.model.attention_input_keys)}
     prefix = g.contexts.tokens[0, :g.drop_first].tolist()  # as the contexts start (BERT: [CLS])
-    study = induction_study(g.model, inputs, prefix=prefix,
+    limit = _max_positions(g.model)  # the paper's period 8, shorter when 3 copies would not fit
+    period = 8 if limit is None else max(2, min(8, (limit - len(prefix)) // 3))
+    study = induction_study(g.model, inputs, prefix=prefix, n_tokens=period,
                             generator=torch.Generator().manual_seed(g.seed))
     s.items.append(induction_figure(study.table))
     for kind in ("self_token", "neighbor", "copy"):
@@ -218,7 +232,8 @@ def _induction(g: GeometryContext, s: Section) -> None:
         s.items.append(qk_figure(study.components[layer], head=head,
                                  title=f"{kind}: layer {layer}, head {head}"))
     s.items.append(study.table.drop(columns=[c for c in study.table if c.startswith("spread_")]))
-    s.text = ("Section 4.1: 8 random tokens repeated 3 times (4 sequences), the four QK components "
+    s.text = (f"Section 4.1: {period} random tokens repeated 3 times (4 sequences; the paper: 8), "
+              "the four QK components "
               "of every head with pos and mu from the first pass. Scores: mean attention, over "
               "queries in the repeats, to the previous identical token (self-token), to the previous "
               "3 tokens (neighbour) and to the token after the previous occurrence (copy: the "
@@ -238,6 +253,12 @@ SECTIONS: dict[str, tuple[str, Callable[[GeometryContext, Section], None]]] = {
 }
 
 
+def _max_positions(gm: GeometryModel) -> int | None:
+    """The most positions the model takes (None when it does not say)."""
+    return getattr(getattr(gm.module, "cfg", None), "n_ctx", None) or getattr(
+        getattr(gm.module, "config", None), "n_positions", None)
+
+
 def _second_pass_rows(n_contexts: int, n_second: int) -> torch.Tensor:
     """Evenly spaced contexts (contexts are grouped by document, so every document is sampled)."""
     n = min(n_second, n_contexts)
@@ -246,9 +267,10 @@ def _second_pass_rows(n_contexts: int, n_second: int) -> torch.Tensor:
 
 def run_geometry(
     model_dir: str | os.PathLike,
-    text: str | os.PathLike,
+    text: str | os.PathLike | Sequence[Document],
     out: str | os.PathLike = "geometry.html",
     *,
+    adapter: str = "auto",
     n_contexts: int = 256,
     n_positions: int = 128,
     n_second: int = 32,
@@ -264,8 +286,15 @@ def run_geometry(
     """Seed 003's measurements of a local model on a text, as one HTML page.
 
     Args:
-        model_dir: a local transformers directory (``bert`` or ``gpt2`` model type, with tokenizer).
-        text: a text file (documents separated by blank lines) or a directory (one document per file).
+        model_dir: a local transformers directory (``bert`` or ``gpt2`` model type, with tokenizer),
+            or a tfmatcomp HookedDecoder checkpoint (directory, ``model.safetensors`` or run
+            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.geometry.lm.train_lm`
+            writes it).
+        text: a text file (documents separated by blank lines), a directory (one document per
+            file), or a list of :class:`~tfmatcomp.geometry.corpus.Document` objects.
+        adapter: how a GPT-2 directory is read (:data:`~tfmatcomp.geometry.models.ADAPTERS`):
+            ``"hooks"`` (``"auto"``: transformers' module with forward hooks) or ``"hooked"``
+            (converted to a :class:`~tfmatcomp.HookedDecoder`).
         out: the HTML file to write.
         n_contexts: ``C``, contexts of the first pass (fewer if the text is short).
         n_positions: ``T``, tokens per context (at most the model's maximum).
@@ -283,7 +312,7 @@ def run_geometry(
         >>> run_geometry("no/such/dir", "x.txt", "/tmp/g.html")
         Traceback (most recent call last):
         ...
-        ValueError: model_dir: 'no/such/dir' has no config.json (a local transformers model directory is expected; nothing is downloaded)
+        ValueError: model_dir: 'no/such/dir' has no config.json (a local transformers model directory or a tfmatcomp checkpoint is expected; nothing is downloaded)
     """
     for name, v in (("n_contexts", n_contexts), ("n_positions", n_positions),
                     ("n_second", n_second), ("batch_size", batch_size)):
@@ -293,9 +322,8 @@ def run_geometry(
     unknown = [k for k in keys if k not in SECTIONS]
     if unknown:
         raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")
-    gm, tokenizer = load_geometry_model(model_dir, device)
-    max_pos = getattr(getattr(gm.module, "cfg", None), "n_ctx", None) or getattr(
-        getattr(gm.module, "config", None), "n_positions", None)
+    gm, tokenizer = load_geometry_model(model_dir, device, adapter=adapter)
+    max_pos = _max_positions(gm)
     if max_pos is not None and n_positions > max_pos:
         raise ValueError(f"n_positions: the model takes at most {max_pos} positions, got {n_positions}")
     check_int_in_range("drop_first", drop_first, 0, n_positions - 3)
@@ -304,7 +332,10 @@ def run_geometry(
     with writable_output("out", out) as out_path:
         t0 = time.perf_counter()
         prefix = [tokenizer.cls_token_id] if gm.family == "bert" and tokenizer.cls_token_id is not None else []
-        contexts = cut_contexts(read_documents(text),
+        is_path = isinstance(text, (str, os.PathLike))
+        documents = read_documents(text) if is_path else list(text)
+        text_label = str(text) if is_path else f"{len(documents)} documents"
+        contexts = cut_contexts(documents,
                                 lambda s: tokenizer.encode(s, add_special_tokens=False),
                                 n_contexts=n_contexts, n_positions=n_positions, prefix_ids=prefix,
                                 seed=seed)
@@ -323,7 +354,7 @@ def run_geometry(
         g = GeometryContext(model=gm, contexts=contexts, stream=stream,
                             attention_inputs={k: results[k] for k in gm.attention_input_keys},
                             residuals=residuals, second_labels=contexts.labels[rows], layer=layer,
-                            head=head, model_dir=str(model_dir), text=str(text),
+                            head=head, model_dir=str(model_dir), text=text_label,
                             drop_first=drop_first, seed=seed,
                             summary=summary_table(list(stream.values()), contexts.labels))
         from tfmatcomp.report.build import _compute
@@ -332,7 +363,7 @@ def run_geometry(
         done = _compute(g, keys, progress, SECTIONS)
         n_params = sum(p.numel() for p in gm.module.parameters())
         header = (f"<p class='meta'>model <code>{model_dir}</code> ({gm.family}, {gm.n_layers} layers "
-                  f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text}</code>: "
+                  f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text_label}</code>: "
                   f"{contexts.n_contexts} contexts of {contexts.n_positions} tokens from "
                   f"{len(contexts.names)} document(s), second pass on {len(rows)} contexts; first "
                   f"{drop_first} token(s) dropped; built in {time.perf_counter() - t0:.0f} s. "

@@ -1,0 +1,429 @@
+"""A small character-level GPT (NanoGPT-like) trained on a text the package reaches offline.
+
+Seed 003's Table 1 has a NanoGPT row: a 6-layer character-level GPT trained on Shakespeare
+(Appendix A.2: AdamW, weight decay 0.1, cosine schedule with warm-up). Nothing may download here,
+so the text is one that ships with Python itself: the help texts of the standard library's
+``pydoc_data.topics`` (79 topics, about 465K characters; :func:`pydoc_documents`), each topic a
+document, so the context basis has cluster labels too.
+
+* :class:`CharTokenizer`: one id per character, saved into a checkpoint's JSON metadata
+  (:meth:`CharTokenizer.to_dict`, :func:`tokenizer_from_metadata`), so that ``tfmatcomp geometry``
+  can read a trained checkpoint back with its tokenizer;
+* :func:`encode_documents`, :func:`text_sampler`: the token stream and seeded random windows of it;
+* :func:`train_lm`: AdamW + linear warm-up + cosine decay on a :class:`~tfmatcomp.HookedDecoder`,
+  every random draw from explicit generators, and checkpoints written with
+  :func:`~tfmatcomp.save_checkpoint` (safetensors + JSON) into the trainers' run-directory layout
+  (``RUN_DIR/checkpoints/step_XXXXXXX/``, ``RUN_DIR/metrics.jsonl``).
+
+The matrix-completion :class:`~tfmatcomp.Trainer` is not reused for the loop itself: it is built
+around a :class:`~tfmatcomp.MatrixCompletionTask` (its batches, losses and evaluation) and a
+constant-rate Adam. What fits is reused: the decoder's own forward and loss, the checkpoint format,
+the run directory's rules (:func:`tfmatcomp.rundir.check_fresh`) and its metrics log, which
+:func:`tfmatcomp.read_metrics` reads.
+
+Example:
+    >>> import torch, tfmatcomp as tm
+    >>> docs = pydoc_documents(max_documents=3)
+    >>> tok = CharTokenizer.from_documents(docs)
+    >>> stream = encode_documents(docs, tok)
+    >>> cfg = tm.DecoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16,
+    ...                        d_vocab=tok.vocab_size)
+    >>> result = train_lm(cfg, text_sampler(stream, 16), tokenizer=tok, n_steps=4, batch_size=4,
+    ...                   log_every=2)
+    >>> list(result.metrics["step"]), tok.decode(tok.encode("abc"))
+    ([2, 4], 'abc')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from tfmatcomp.config import DecoderConfig
+from tfmatcomp.decoder import HookedDecoder
+from tfmatcomp.geometry.corpus import Document
+from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
+                                  check_positive_float, check_positive_int, check_seed)
+
+__all__ = ["CharTokenizer", "tokenizer_from_metadata", "pydoc_documents", "encode_documents",
+           "text_sampler", "Sampler", "LMResult", "train_lm", "lm_loss", "cosine_lr"]
+
+#: A batch source: ``sampler(batch_size, generator)`` returns tokens ``[batch, T]`` or
+#: ``(tokens, weights)`` with ``weights [batch, T]`` saying which next-token targets count
+#: (``weights[:, t]`` weighs the prediction of ``tokens[:, t]`` from the tokens before it).
+Sampler = Callable[[int, torch.Generator], "Tensor | tuple[Tensor, Tensor]"]
+
+
+@dataclass(frozen=True)
+class CharTokenizer:
+    """One token per character: id ``i`` is ``chars[i]``.
+
+    Attributes:
+        chars: the vocabulary, in id order, without repeats.
+
+    Example:
+        >>> tok = CharTokenizer("ab c")
+        >>> tok.encode("a cab"), tok.decode([3, 0]), tok.vocab_size
+        ([0, 2, 3, 0, 1], 'ca', 4)
+        >>> tok.encode("ax")
+        Traceback (most recent call last):
+        ...
+        ValueError: text: characters not in the tokenizer's vocabulary: ['x']
+    """
+
+    chars: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chars, str) or not self.chars:
+            raise ValueError(f"chars: expected a non-empty string, got {self.chars!r}")
+        if len(set(self.chars)) != len(self.chars):
+            raise ValueError("chars: every character must appear once")
+
+    @classmethod
+    def from_text(cls, text: str) -> "CharTokenizer":
+        """The sorted set of the characters of ``text``.
+
+        Example:
+            >>> CharTokenizer.from_text("banana").chars
+            'abn'
+        """
+        return cls("".join(sorted(set(text))))
+
+    @classmethod
+    def from_documents(cls, documents: Sequence[Document], separator: str = "\n\n") -> "CharTokenizer":
+        """The sorted set of the characters of every document (and of the separator)."""
+        return cls.from_text(separator + "".join(d.text for d in documents))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    @property
+    def _index(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.chars)}
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Ids of ``text`` (a character outside the vocabulary is an error). There are no special
+        tokens; the argument is accepted so that it reads like a transformers tokenizer."""
+        index = self._index
+        unknown = sorted({c for c in text if c not in index})
+        if unknown:
+            raise ValueError(f"text: characters not in the tokenizer's vocabulary: {unknown[:10]}")
+        return [index[c] for c in text]
+
+    def decode(self, ids: Sequence[int] | Tensor) -> str:
+        """The text of ``ids``."""
+        ids = ids.tolist() if torch.is_tensor(ids) else list(ids)
+        bad = [i for i in ids if not 0 <= i < self.vocab_size]
+        if bad:
+            raise ValueError(f"ids: must lie in [0, {self.vocab_size - 1}], got {bad[:5]}")
+        return "".join(self.chars[i] for i in ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, for a checkpoint's metadata."""
+        return {"kind": "char", "chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CharTokenizer":
+        if not isinstance(data, dict) or data.get("kind") != "char" or "chars" not in data:
+            raise ValueError(f"data: not a character tokenizer's dict: {data!r:.80}")
+        return cls(data["chars"])
+
+
+def tokenizer_from_metadata(metadata: dict[str, Any]) -> CharTokenizer | None:
+    """The :class:`CharTokenizer` a checkpoint's metadata records under ``"tokenizer"``, or None.
+
+    Example:
+        >>> tokenizer_from_metadata({"tokenizer": CharTokenizer("ab").to_dict()})
+        CharTokenizer(chars='ab')
+    """
+    data = (metadata or {}).get("tokenizer")
+    return None if data is None else CharTokenizer.from_dict(data)
+
+
+def pydoc_documents(max_documents: int | None = None) -> list[Document]:
+    """The standard library's help topics (``pydoc_data.topics``), one document per topic, sorted
+    by name: an English technical text that every Python installation has (its exact content
+    follows the Python version).
+
+    Example:
+        >>> docs = pydoc_documents()
+        >>> len(docs) > 50, sum(len(d.text) for d in docs) > 100_000
+        (True, True)
+    """
+    from pydoc_data.topics import topics
+
+    check_positive_int("max_documents", max_documents, allow_none=True)
+    docs = [Document(name, topics[name].strip()) for name in sorted(topics) if topics[name].strip()]
+    return docs[:max_documents] if max_documents is not None else docs
+
+
+def encode_documents(documents: Sequence[Document], tokenizer: CharTokenizer,
+                     separator: str = "\n\n") -> Int[Tensor, "n_tokens"]:
+    """All documents as one token stream, joined by ``separator``.
+
+    Example:
+        >>> encode_documents([Document("a", "ab"), Document("b", "b")], CharTokenizer("ab\\n"))
+        tensor([0, 1, 2, 2, 1])
+    """
+    if not documents:
+        raise ValueError("documents: empty")
+    return torch.tensor(tokenizer.encode(separator.join(d.text for d in documents)), dtype=torch.long)
+
+
+def text_sampler(stream: Int[Tensor, "n_tokens"], n_positions: int) -> Sampler:
+    """Random windows of ``n_positions`` consecutive tokens of ``stream`` (every target counts).
+
+    Example:
+        >>> s = text_sampler(torch.arange(10), 4)
+        >>> s(2, torch.Generator().manual_seed(0)).tolist()
+        [[4, 5, 6, 7], [3, 4, 5, 6]]
+    """
+    check_positive_int("n_positions", n_positions)
+    if stream.ndim != 1 or stream.numel() < n_positions:
+        raise ValueError(f"stream: expected a 1-D token stream of at least {n_positions} tokens, "
+                         f"got shape {tuple(stream.shape)}")
+    offsets = torch.arange(n_positions)
+
+    def sample(batch_size: int, generator: torch.Generator) -> Tensor:
+        starts = torch.randint(0, stream.numel() - n_positions + 1, (batch_size,), generator=generator)
+        return stream[starts[:, None] + offsets]
+
+    return sample
+
+
+def lm_loss(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"],
+            weights: Float[Tensor, "batch pos"] | None = None) -> Float[Tensor, ""]:
+    """Next-token cross-entropy, averaged over the targets ``weights`` selects (all without it;
+    then it equals :func:`tfmatcomp.decoder.next_token_loss`).
+
+    Example:
+        >>> logits = torch.zeros(1, 3, 4)
+        >>> round(lm_loss(logits, torch.tensor([[0, 1, 2]]), torch.tensor([[0., 0., 1.]])).item(), 4)
+        1.3863
+    """
+    if weights is None:
+        from tfmatcomp.decoder import next_token_loss
+
+        return next_token_loss(logits, tokens)
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    w = weights[:, 1:].flatten().to(ce.dtype)
+    return (ce * w).sum() / w.sum().clamp_min(1e-12)
+
+
+def cosine_lr(step: int, n_steps: int, warmup_steps: int, min_ratio: float) -> float:
+    """The learning-rate factor at ``step`` (0-based update index): linear warm-up to 1 over
+    ``warmup_steps``, then cosine decay to ``min_ratio`` at ``n_steps`` (nanoGPT's schedule).
+
+    Example:
+        >>> [round(cosine_lr(s, 10, 2, 0.1), 3) for s in (0, 1, 2, 6, 10)]
+        [0.5, 1.0, 1.0, 0.55, 0.1]
+    """
+    check_positive_int("n_steps", n_steps)
+    check_int_in_range("warmup_steps", warmup_steps, 0, n_steps)
+    check_in_range("min_ratio", min_ratio, 0.0, 1.0)
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, n_steps - warmup_steps))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@dataclass
+class LMResult:
+    """What :func:`train_lm` returns.
+
+    Attributes:
+        model: the trained decoder (eval mode).
+        tokenizer: the tokenizer recorded with it (or None).
+        metrics: one row per logged step: ``step``, ``lr``, ``train_loss`` (the update's batch,
+            before the update), ``eval_loss`` (fixed evaluation batches, after the update).
+        path: the last checkpoint written (None without ``out_dir``).
+    """
+
+    model: HookedDecoder
+    tokenizer: CharTokenizer | None
+    metrics: pd.DataFrame
+    path: Path | None
+
+
+def _split(batch: Tensor | tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
+    if isinstance(batch, tuple):
+        return batch[0], batch[1]
+    return batch, None
+
+
+def train_lm(
+    model: HookedDecoder | DecoderConfig,
+    sampler: Sampler,
+    *,
+    tokenizer: CharTokenizer | None = None,
+    eval_sampler: Sampler | None = None,
+    n_steps: int = 1000,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    min_lr_ratio: float = 0.1,
+    warmup_steps: int | None = None,
+    weight_decay: float = 0.1,
+    grad_clip: float | None = 1.0,
+    seed: int = 0,
+    log_every: int = 100,
+    eval_batches: int = 4,
+    out_dir: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    checkpoint_every: int = 0,
+    metadata: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> LMResult:
+    """Train a :class:`~tfmatcomp.HookedDecoder` on next-token prediction (NanoGPT's recipe).
+
+    AdamW (``betas = (0.9, 0.95)``; weight decay on matrices and embeddings, none on biases and
+    LayerNorms), linear warm-up then cosine decay to ``min_lr_ratio * lr``
+    (:func:`cosine_lr`), gradient clipping. The model is initialized from ``seed``; training
+    batches come from a generator seeded ``seed + 1``, evaluation batches (drawn once, the same
+    at every logging step) from one seeded ``seed + 2``. No dropout (the decoder has none).
+
+    Args:
+        model: a decoder to continue training, or the config of a fresh one.
+        sampler: the training batches (:data:`Sampler`, e.g. :func:`text_sampler`).
+        tokenizer: recorded in the checkpoints' metadata (``tfmatcomp geometry`` reads it back).
+        eval_sampler: the evaluation batches (default: ``sampler``).
+        n_steps: optimizer updates.
+        batch_size: sequences per update.
+        lr: the peak learning rate.
+        min_lr_ratio: the final learning rate as a fraction of ``lr``, in ``[0, 1]``.
+        warmup_steps: warm-up updates (default ``n_steps // 20``), in ``[0, n_steps]``.
+        weight_decay: AdamW's decoupled weight decay (``>= 0``).
+        grad_clip: maximum gradient norm (None: no clipping).
+        seed: see above.
+        log_every: log (and evaluate) every this many updates, and at the last one.
+        eval_batches: evaluation batches of ``batch_size``.
+        out_dir: a run directory: ``metrics.jsonl`` and ``checkpoints/step_XXXXXXX/`` (the last
+            step always, and every ``checkpoint_every`` steps when positive). It must be empty
+            unless ``overwrite``, which clears a run directory first.
+        metadata: more JSON-ready entries for the checkpoints' metadata (e.g. ``family``, the
+            label the geometry report shows).
+        progress: a tqdm progress bar.
+
+    Raises:
+        ValueError: an argument out of range (the message names it), a sampler whose tokens do not
+            fit the model, or a non-finite loss.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> cfg = tm.DecoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=8, d_vocab=5)
+        >>> r = train_lm(cfg, text_sampler(torch.arange(40) % 5, 8), n_steps=30, batch_size=8,
+        ...              lr=1e-2, log_every=30)
+        >>> bool(r.metrics["eval_loss"].iloc[-1] < 1.0)    # the cycle 0 1 2 3 4 is learned
+        True
+    """
+    from tqdm.auto import tqdm
+
+    from tfmatcomp import rundir
+    from tfmatcomp.checkpoint import checkpoint_dir_name, save_checkpoint
+
+    check_positive_int("n_steps", n_steps)
+    check_positive_int("batch_size", batch_size)
+    check_positive_float("lr", lr)
+    check_in_range("min_lr_ratio", min_lr_ratio, 0.0, 1.0)
+    warmup = n_steps // 20 if warmup_steps is None else warmup_steps
+    check_int_in_range("warmup_steps", warmup, 0, n_steps)
+    check_non_negative("weight_decay", weight_decay)
+    if grad_clip is not None:
+        check_positive_float("grad_clip", grad_clip)
+    check_seed("seed", seed)
+    check_positive_int("log_every", log_every)
+    check_positive_int("eval_batches", eval_batches)
+    if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
+        raise ValueError(f"checkpoint_every: must be an integer >= 0, got {checkpoint_every!r}")
+    if isinstance(model, DecoderConfig):
+        model = HookedDecoder(model, seed=seed)
+    elif not isinstance(model, HookedDecoder):
+        raise ValueError(f"model: expected a HookedDecoder or a DecoderConfig, got "
+                         f"{type(model).__name__}")
+    if tokenizer is not None and tokenizer.vocab_size > model.cfg.d_vocab:
+        raise ValueError(f"tokenizer: {tokenizer.vocab_size} characters, but the model's d_vocab is "
+                         f"{model.cfg.d_vocab}")
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        rundir.check_fresh(out, overwrite)
+        out.mkdir(parents=True, exist_ok=True)
+    device = model.device
+    train_gen = torch.Generator().manual_seed(seed + 1)
+    eval_gen = torch.Generator().manual_seed(seed + 2)
+    evaluation = [_split((eval_sampler or sampler)(batch_size, eval_gen)) for _ in range(eval_batches)]
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=lr, betas=(0.9, 0.95))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: cosine_lr(s, n_steps, warmup, min_lr_ratio))
+    meta = {"tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
+            "train_lm": {"n_steps": n_steps, "batch_size": batch_size, "lr": lr,
+                         "min_lr_ratio": min_lr_ratio, "warmup_steps": warmup,
+                         "weight_decay": weight_decay, "grad_clip": grad_clip, "seed": seed},
+            **(metadata or {})}
+    json.dumps(meta)  # refuse what the checkpoint could not record, before training
+    records: list[dict[str, Any]] = []
+    path = None
+    log = open(out / rundir.METRICS_FILE, "a") if out is not None else None
+
+    def save(step: int) -> Path:
+        return save_checkpoint(model, out / "checkpoints" / checkpoint_dir_name(step), step=step,
+                               metadata=meta)
+
+    try:
+        model.train()
+        for step in tqdm(range(1, n_steps + 1), disable=not progress, desc="train_lm"):
+            tokens, weights = _split(sampler(batch_size, train_gen))
+            model.check_tokens(tokens)
+            tokens = tokens.to(device)
+            loss = lm_loss(model(tokens), tokens, None if weights is None else weights.to(device))
+            if not torch.isfinite(loss):
+                raise ValueError(f"lr: training diverged at step {step} (loss {loss.item()}); "
+                                 f"try a lower lr (now {lr})")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            current_lr = optimizer.param_groups[0]["lr"]
+            optimizer.step()
+            schedule.step()
+            if step % log_every == 0 or step == n_steps:
+                record = {"step": step, "lr": current_lr, "train_loss": loss.item(),
+                          "eval_loss": _evaluate(model, evaluation)}
+                records.append(record)
+                if log is not None:
+                    log.write(json.dumps(record) + "\n")
+                    log.flush()
+            if out is not None and (step == n_steps or (checkpoint_every and step % checkpoint_every == 0)):
+                path = save(step)
+    finally:
+        if log is not None:
+            log.close()
+        model.eval()
+    return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(records), path=path)
+
+
+@torch.no_grad()
+def _evaluate(model: HookedDecoder, batches: list[tuple[Tensor, Tensor | None]]) -> float:
+    was_training = model.training
+    model.eval()
+    losses = []
+    for tokens, weights in batches:
+        tokens = tokens.to(model.device)
+        losses.append(lm_loss(model(tokens), tokens,
+                              None if weights is None else weights.to(model.device)).item())
+    model.train(was_training)
+    return sum(losses) / len(losses)
