@@ -11,7 +11,6 @@ Resumable: running it again with a larger --steps continues the run in --out.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -21,6 +20,8 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp import gpt_task
 from tfmatcomp.dynamics import detect_drop
+
+from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
 
 COLUMNS = ["step", "eval_CE_obs", "eval_CE_mask", "eval_acc_obs", "eval_acc_mask", "eval_L_mask",
            "eval_gen_acc_mask", "eval_gen_L_mask"]
@@ -37,28 +38,13 @@ def main() -> None:
     ap.add_argument("--lr", type=float)
     ap.add_argument("--log-every", type=int)
     ap.add_argument("--checkpoint-every", type=int)
-    ap.add_argument("--n-rows", type=int)
-    ap.add_argument("--rank", type=int)
-    ap.add_argument("--p-mask", type=float)
-    ap.add_argument("--d-model", type=int)
-    ap.add_argument("--d-mlp", type=int)
-    ap.add_argument("--n-layers", type=int)
-    ap.add_argument("--n-heads", type=int)
-    ap.add_argument("--init-range", type=float, help="std of the normal weight init (preset: 0.02)")
+    add_config_args(ap)
     ap.add_argument("--every", type=int, default=250, help="steps between rows of the printed curve")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     preset = tm.get_preset(args.preset)
-    task_cfg = dataclasses.replace(preset.task, **{k: v for k, v in {
-        "n_rows": args.n_rows, "rank": args.rank, "p_mask": args.p_mask}.items() if v is not None})
-    sizes = {k: v for k, v in {"d_model": args.d_model, "d_mlp": args.d_mlp,
-                                "n_layers": args.n_layers, "n_heads": args.n_heads,
-                                "init_range": args.init_range}.items() if v is not None}
-    if "n_heads" in sizes or "d_model" in sizes:
-        sizes["d_head"] = None  # recomputed from the new d_model / n_heads
-    model_cfg = dataclasses.replace(
-        preset.model, n_ctx=gpt_task.sequence_length(task_cfg.n_positions), **sizes)
+    task_cfg, model_cfg = configs_from_args(args, preset, n_ctx=gpt_task.sequence_length)
     overrides = {k: v for k, v in {"n_steps": args.steps, "seed": args.seed,
                                    "batch_size": args.batch_size, "lr": args.lr,
                                    "log_every": args.log_every,

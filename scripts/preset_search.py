@@ -18,7 +18,6 @@ Prints one table row per seed and a summary:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
@@ -32,6 +31,8 @@ from tfmatcomp.baselines import complete_nuclear_norm
 from tfmatcomp.datapath import sample_batch
 from tfmatcomp.dynamics import detect_drop
 
+from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -42,30 +43,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int)
     ap.add_argument("--batch-size", type=int)
     ap.add_argument("--lr", type=float)
-    ap.add_argument("--n-rows", type=int)
-    ap.add_argument("--rank", type=int)
-    ap.add_argument("--p-mask", type=float)
-    ap.add_argument("--d-model", type=int)
-    ap.add_argument("--d-mlp", type=int)
-    ap.add_argument("--n-layers", type=int)
-    ap.add_argument("--n-heads", type=int)
-    ap.add_argument("--d-head", type=int,
-                    help="default: d_model // n_heads (recomputed when --n-heads or --d-model is given)")
-    ap.add_argument("--init-range", type=float, help="std of the normal weight init (default 0.02)")
+    add_config_args(ap)
     ap.add_argument("--eval-samples", type=int, default=512)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     preset = tm.get_preset(args.preset)
-    task_cfg = dataclasses.replace(preset.task, **{k: v for k, v in {
-        "n_rows": args.n_rows, "rank": args.rank, "p_mask": args.p_mask}.items() if v is not None})
-    sizes = {k: v for k, v in {"d_model": args.d_model, "d_mlp": args.d_mlp,
-                                "n_layers": args.n_layers, "n_heads": args.n_heads,
-                                "init_range": args.init_range}.items() if v is not None}
-    if args.d_head is not None or "n_heads" in sizes or "d_model" in sizes:
-        # the preset's d_head was filled in from its own n_heads; recompute it unless given
-        sizes["d_head"] = args.d_head
-    model_cfg = dataclasses.replace(preset.model, n_ctx=task_cfg.n_positions, **sizes)
+    task_cfg, model_cfg = configs_from_args(args, preset)
     overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
                                    "lr": args.lr}.items() if v is not None}
     t0 = time.perf_counter()
