@@ -11,7 +11,8 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.decomposition import decompose
-from tfmatcomp.geometry.lm import lm_loss, text_sampler, train_lm
+from tfmatcomp.decoder import next_token_loss
+from tfmatcomp.geometry.lm import text_sampler, train_lm
 from tfmatcomp.geometry.section5 import (ADDITION_TOKENIZER, AdditionTask, addition_accuracy,
                                          addition_experiment, answer_accuracy, nanogpt_experiment,
                                          positional_profile, positional_table, randomization_experiment,
@@ -91,8 +92,8 @@ def test_weighted_loss_counts_only_the_answer():
     scrambled = logits.clone()
     outside = (weights[:, 1:] == 0)
     scrambled[:, :-1][outside] = torch.randn(int(outside.sum()), 14)
-    assert torch.allclose(lm_loss(logits, tokens, weights), lm_loss(scrambled, tokens, weights))
-    assert not torch.allclose(lm_loss(logits, tokens), lm_loss(scrambled, tokens))
+    assert torch.allclose(next_token_loss(logits, tokens, weights), next_token_loss(scrambled, tokens, weights))
+    assert not torch.allclose(next_token_loss(logits, tokens), next_token_loss(scrambled, tokens))
 
 
 def test_a_small_decoder_learns_one_digit_addition():

@@ -159,13 +159,22 @@ class HookedDecoder(HookedBase):
         return to_gpt2(self)
 
 
-def next_token_loss(logits: Float[Tensor, "batch pos d_vocab"],
-                    tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, ""]:
-    """Mean cross-entropy of predicting ``tokens[:, 1:]`` from ``logits[:, :-1]``.
+def next_token_loss(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"],
+                    weights: Float[Tensor, "batch pos"] | None = None) -> Float[Tensor, ""]:
+    """Mean cross-entropy of predicting ``tokens[:, 1:]`` from ``logits[:, :-1]``; with
+    ``weights``, the mean over the targets they select (``weights[:, t]`` weighs the prediction of
+    ``tokens[:, t]``; ``weights[:, 0]`` is unused).
 
     Example:
         >>> import torch
         >>> round(next_token_loss(torch.zeros(1, 3, 4), torch.tensor([[0, 1, 2]])).item(), 4)
         1.3863
+        >>> round(next_token_loss(torch.zeros(1, 3, 4), torch.tensor([[0, 1, 2]]),
+        ...                       torch.tensor([[0., 0., 1.]])).item(), 4)
+        1.3863
     """
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+    if weights is None:
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
+    w = weights[:, 1:].flatten().to(ce.dtype)
+    return (ce * w).sum() / w.sum().clamp_min(1e-12)

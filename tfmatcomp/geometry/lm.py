@@ -46,18 +46,17 @@ from typing import Any
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from tfmatcomp.config import DecoderConfig
-from tfmatcomp.decoder import HookedDecoder
+from tfmatcomp.decoder import HookedDecoder, next_token_loss
 from tfmatcomp.geometry.corpus import Document
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
 
 __all__ = ["CharTokenizer", "tokenizer_from_metadata", "pydoc_documents", "encode_documents",
-           "text_sampler", "Sampler", "LMResult", "train_lm", "lm_loss", "cosine_lr"]
+           "text_sampler", "Sampler", "LMResult", "train_lm", "cosine_lr"]
 
 #: A batch source: ``sampler(batch_size, generator)`` returns tokens ``[batch, T]`` or
 #: ``(tokens, weights)`` with ``weights [batch, T]`` saying which next-token targets count
@@ -201,25 +200,6 @@ def text_sampler(stream: Int[Tensor, "n_tokens"], n_positions: int) -> Sampler:
         return stream[starts[:, None] + offsets]
 
     return sample
-
-
-def lm_loss(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"],
-            weights: Float[Tensor, "batch pos"] | None = None) -> Float[Tensor, ""]:
-    """Next-token cross-entropy, averaged over the targets ``weights`` selects (all without it;
-    then it equals :func:`tfmatcomp.decoder.next_token_loss`).
-
-    Example:
-        >>> logits = torch.zeros(1, 3, 4)
-        >>> round(lm_loss(logits, torch.tensor([[0, 1, 2]]), torch.tensor([[0., 0., 1.]])).item(), 4)
-        1.3863
-    """
-    if weights is None:
-        from tfmatcomp.decoder import next_token_loss
-
-        return next_token_loss(logits, tokens)
-    ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
-    w = weights[:, 1:].flatten().to(ce.dtype)
-    return (ce * w).sum() / w.sum().clamp_min(1e-12)
 
 
 def cosine_lr(step: int, n_steps: int, warmup_steps: int, min_ratio: float) -> float:
@@ -389,7 +369,7 @@ def train_lm(
             tokens, weights = _split(sampler(batch_size, train_gen))
             model.check_tokens(tokens)
             tokens = tokens.to(device)
-            loss = lm_loss(model(tokens), tokens, None if weights is None else weights.to(device))
+            loss = next_token_loss(model(tokens), tokens, None if weights is None else weights.to(device))
             if not torch.isfinite(loss):
                 raise ValueError(f"lr: training diverged at step {step} (loss {loss.item()}); "
                                  f"try a lower lr (now {lr})")
@@ -423,7 +403,7 @@ def _evaluate(model: HookedDecoder, batches: list[tuple[Tensor, Tensor | None]])
     losses = []
     for tokens, weights in batches:
         tokens = tokens.to(model.device)
-        losses.append(lm_loss(model(tokens), tokens,
+        losses.append(next_token_loss(model(tokens), tokens,
                               None if weights is None else weights.to(model.device)).item())
     model.train(was_training)
     return sum(losses) / len(losses)
