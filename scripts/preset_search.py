@@ -1,15 +1,17 @@
-"""Measure one configuration of the tiny preset over many seeds: the four figures of
-docs/tiny-preset.md.
+"""Measure one configuration of a preset over many seeds: the figures of docs/tiny-preset.md and
+docs/paper-cpu.md.
 
-Trains the seeds at once (tfmatcomp.train_many), detects each seed's drop in eval L_mask, and
+Trains the seeds at once (tfmatcomp.train_many), or one after another on the fast bf16 step when
+the run takes it (--fast, or by itself for d_model >= 256 on a CPU with bf16 matrix units);
+detects each seed's drop in eval L_mask, and
 compares every seed's final model with nuclear-norm minimization on the same matrices and masks.
 Prints one table row per seed and a summary:
 
 * drops: the share of seeds with a detected sudden drop;
 * median fall: plateau / final eval L_mask over all seeds;
 * L_mask of the final models (median) against nuclear-norm minimization on the same batch;
-* median drop step, the single-seed seconds per step on this machine, and their product (the
-  wall-clock time of a single-seed run to its drop).
+* median drop step, the seconds per step of the runs (their own clock, elapsed_s / step), and
+  their product (the wall-clock time to the drop).
 
     python scripts/preset_search.py --seeds 0-15 --threads 1 --out runs/search/tiny-t1
     python scripts/preset_search.py --seeds 0-15 --threads 2 --p-mask 0.2 --batch-size 32 ...
@@ -30,6 +32,7 @@ import tfmatcomp as tm
 from tfmatcomp.baselines import complete_nuclear_norm
 from tfmatcomp.datapath import sample_batch
 from tfmatcomp.dynamics import detect_drop
+from tfmatcomp.multiseed import parse_seeds, seed_dir
 
 from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
 
@@ -45,16 +48,32 @@ def main() -> None:
     ap.add_argument("--lr", type=float)
     add_config_args(ap)
     ap.add_argument("--eval-samples", type=int, default=512)
+    ap.add_argument("--eval-batch-size", type=int, help="eval batch of the metrics log")
+    ap.add_argument("--log-every", type=int)
+    ap.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
+                    help="the fast (bf16) step; it trains the seeds one after another (the batched "
+                    "multi-seed program runs float32). Default: where it pays (tfmatcomp.fast_step)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     preset = tm.get_preset(args.preset)
     task_cfg, model_cfg = configs_from_args(args, preset)
     overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
-                                   "lr": args.lr}.items() if v is not None}
+                                   "lr": args.lr, "eval_batch_size": args.eval_batch_size,
+                                   "log_every": args.log_every, "fast": args.fast}.items()
+                 if v is not None}
+    probe = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
+                       progress=False, **overrides)
+    print(probe.step_reason, flush=True)
     t0 = time.perf_counter()
-    runs = tm.train_many(preset, seeds=args.seeds, model_cfg=model_cfg, task_cfg=task_cfg,
-                         out_dir=args.out, resume=True, device="cpu", **overrides)
+    if probe.fast:  # one seed at a time, each on the fast step
+        runs = [(seed, tm.train(preset, model_cfg=model_cfg, task_cfg=task_cfg,
+                                out_dir=seed_dir(args.out, seed), resume=True, device="cpu",
+                                seed=seed, **overrides))
+                for seed in parse_seeds(args.seeds)]
+    else:
+        runs = tm.train_many(preset, seeds=args.seeds, model_cfg=model_cfg, task_cfg=task_cfg,
+                             out_dir=args.out, resume=True, device="cpu", **overrides)
     wall = time.perf_counter() - t0
 
     batch = sample_batch(task_cfg, args.eval_samples, seed=12345)
@@ -71,14 +90,9 @@ def main() -> None:
     table = pd.DataFrame(rows)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
 
-    single = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
-                        progress=False, **overrides)
-    for _ in range(10):
-        single.update()
-    ts = time.perf_counter()
-    for _ in range(100):
-        single.update()
-    s_per_step = (time.perf_counter() - ts) / 100
+    # seconds per step of the runs themselves (run.json records the thread count)
+    s_per_step = float(np.median([r.metrics["elapsed_s"].iloc[-1] / r.metrics["step"].iloc[-1]
+                                  for _, r in runs]))
 
     dropped = table[table["has_drop"]]
     median_step = float(np.median(dropped["drop_step"])) if len(dropped) else float("nan")
@@ -91,9 +105,9 @@ def main() -> None:
         "median_final_L_mask": float(np.median(table["final_L_mask"])),
         "nuclear_norm_L_mask": nuclear,
         "median_drop_step": median_step, "median_drop_end": median_end,
-        "single_seed_s_per_step": s_per_step,
-        "single_seed_minutes_to_median_drop": median_step * s_per_step / 60,
-        "single_seed_minutes_to_median_drop_end": median_end * s_per_step / 60,
+        "step": probe.step_reason, "s_per_step": s_per_step,
+        "minutes_to_median_drop": median_step * s_per_step / 60,
+        "minutes_to_median_drop_end": median_end * s_per_step / 60,
         "batched_wall_minutes": wall / 60,
     }
     print(json.dumps(summary, indent=1))

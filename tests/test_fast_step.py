@@ -1,7 +1,8 @@
-"""The fast training step (issue 10, deliverable 1), checked on CPU: off by default there (so CPU
-results are unchanged), forced on it agrees with the explicit float32 step to bf16 accuracy, the
-switch is honoured, hooked and component-wise runs keep the explicit step, and no tensor is read
-back to the host between logging steps."""
+"""The fast training step, checked on CPU: off by default for narrow models and on CPUs without
+bf16 matrix units (so ``tiny`` runs are unchanged), on by default for d_model >= 256 where the CPU
+has them; forced on it agrees with the explicit float32 step to bf16 accuracy and keeps float32
+weights, metrics and checkpoints; the switch is honoured, hooked and component-wise runs keep the
+explicit step, and no tensor is read back to the host between logging steps on CUDA's path."""
 
 from __future__ import annotations
 
@@ -28,6 +29,67 @@ def test_off_by_default_on_cpu_and_on_by_default_on_cuda():
     assert fast_step.use_fast(None, torch.device("cuda"), None)
     assert not fast_step.use_fast(False, torch.device("cuda"), None)
     assert not fast_step.use_fast(None, torch.device("cuda"), "a decoder")
+
+
+@pytest.mark.parametrize("units", ["AMX", "AVX-512 bf16", None])
+def test_cpu_default_takes_the_fast_step_for_wide_models_on_bf16_cpus_only(monkeypatch, units):
+    fast_step.cpu_bf16_units.cache_clear()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: units == "AMX")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: units is not None)
+    try:
+        wide, why = fast_step.decide(None, torch.device("cpu"), None, d_model=256)
+        assert wide is (units is not None)
+        assert (units or "no bf16 matrix units") in why
+        narrow, why = fast_step.decide(None, torch.device("cpu"), None, d_model=128)
+        assert not narrow and "d_model 128 < 256" in why
+        cfg = tm.EncoderConfig(n_layers=1, n_heads=8, d_model=256, d_mlp=64, n_ctx=16)
+        trainer = tm.Trainer("tiny", model_cfg=cfg, device="cpu", progress=False)
+        assert trainer.fast is (units is not None) and trainer.step_reason.startswith(
+            "fast step" if units else "float32 step")
+        assert bool(trainer.optimizer.param_groups[0].get("fused")) is (units is not None)
+    finally:
+        fast_step.cpu_bf16_units.cache_clear()
+
+
+def test_tiny_never_takes_the_fast_step_by_itself(monkeypatch):
+    monkeypatch.setattr(fast_step, "cpu_bf16_units", lambda: "AMX")
+    trainer = tm.Trainer("tiny", device="cpu", progress=False)
+    assert not trainer.fast and "d_model 64" in trainer.step_reason
+
+
+def test_the_reason_is_written_in_run_json(tmp_path):
+    import json
+
+    tm.train("tiny", out_dir=tmp_path, fast=True, **KW)
+    assert json.loads((tmp_path / "run.json").read_text())["step"].startswith("fast step: bf16")
+    tm.train("tiny", out_dir=tmp_path / "b", **KW)
+    assert "d_model 64" in json.loads((tmp_path / "b" / "run.json").read_text())["step"]
+
+
+def test_fast_cpu_run_keeps_float32_weights_metrics_and_checkpoints(tmp_path):
+    result = tm.train("tiny", out_dir=tmp_path, fast=True, checkpoint_every=5, **KW)
+    assert all(p.dtype == torch.float32 for p in result.model.parameters())
+    assert all(str(result.metrics[c].dtype) == "float64" for c in result.metrics.columns
+               if c.startswith(("train_", "eval_")))
+    loaded = tm.load_checkpoint(max(tm.list_checkpoints(tmp_path).items())[1])
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    # the update reads bf16 copies of the weights, made once per step, never the weights in place
+    trainer = tm.Trainer("tiny", device="cpu", fast=True, **KW)
+    casts = []
+    real_to = torch.Tensor.to
+
+    def counting_to(self, *args, **kwargs):
+        if torch.bfloat16 in args or kwargs.get("dtype") is torch.bfloat16:
+            casts.append(tuple(self.shape))
+        return real_to(self, *args, **kwargs)
+
+    step = trainer._step_function()
+    torch.Tensor.to = counting_to
+    try:
+        step()
+    finally:
+        torch.Tensor.to = real_to
+    assert len(casts) == len(list(trainer.model.parameters()))
 
 
 def test_default_and_fast_false_are_the_same_run_on_cpu():

@@ -55,8 +55,9 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
     fast = p.add_mutually_exclusive_group()
     fast.add_argument("--fast", dest="fast", action="store_true", default=None,
-                      help="the fast step (bf16 autocast, torch.compile, fused Adam) even off "
-                      "CUDA (default: on CUDA only, see docs/gpu-training.md)")
+                      help="the fast step (bf16 matmuls, fused Adam) also where it is not chosen "
+                      "by itself (default: on CUDA, and on CPUs with AMX / AVX-512 bf16 for "
+                      "d_model >= 256; see docs/fast-cpu.md)")
     fast.add_argument("--no-fast", dest="fast", action="store_false",
                       help="the explicit float32 step, also on CUDA")
     p.add_argument("--checkpoint-dtype", choices=sorted(_CHECKPOINT_DTYPES),

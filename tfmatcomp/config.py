@@ -229,11 +229,11 @@ class TrainConfig:
         checkpoint_steps: steps at which a checkpoint is always written (paper: 4,000 pre-shift,
             14,000, 16,000, 20,000, and the last step).
         checkpoint_every: also write a checkpoint every this many steps (0: never).
-        fast: the fast training step of :mod:`tfmatcomp.fast_step` (bf16 autocast, TF32, fused
-            Adam, ``torch.compile``, no host synchronization between logging steps). None
-            (default): on when training on CUDA and the run allows it (an encoder, all
-            parameters trainable, no hooks); False: never; True: also on other devices (for
-            tests; slow there).
+        fast: the fast training step of :mod:`tfmatcomp.fast_step` (bf16 matmuls with float32
+            weights and Adam state; on CUDA also ``torch.compile`` and no host synchronization
+            between logging steps). None (default): on where it pays and the run allows it (an
+            encoder, all parameters trainable, no hooks): on CUDA, and on a CPU with AMX or
+            AVX-512 bf16 for ``d_model >= 256``; False: never; True: whenever the run allows it.
         checkpoint_dtype: dtype of the checkpoints' weights: ``"float32"`` (default),
             ``"bfloat16"`` or ``"float16"`` (half the size; loads as float32). The training state
             of the latest checkpoint keeps float32 weights, so resuming stays exact.
@@ -255,7 +255,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not (self.fast is None or isinstance(self.fast, bool)):
-            raise ValueError(f"fast: must be None (auto: on for CUDA), True or False, got "
+            raise ValueError(f"fast: must be None (auto: where it pays), True or False, got "
                              f"{self.fast!r}")
         check_choice("checkpoint_dtype", self.checkpoint_dtype, CHECKPOINT_DTYPES)
         if self.max_shard_mb is not None:

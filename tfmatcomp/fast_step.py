@@ -1,8 +1,24 @@
-"""The fast training step: what :class:`~tfmatcomp.Trainer` runs on CUDA when nothing watches.
+"""The fast training step: what :class:`~tfmatcomp.Trainer` runs when nothing watches, on CUDA
+and on CPUs with bf16 matrix units (AMX or AVX-512 bf16).
 
 On a GPU the explicit step spends most of its time waiting: on the host, which reads values back
 (token checks, the finiteness test of the loss) and so stalls the queue every step, and on kernel
-launches. :class:`FastStep` removes both:
+launches. On such a CPU it spends most of its time in float32 matmuls, which its AMX tiles run
+about ten times faster in bf16. :class:`FastStep` has one path per device kind.
+
+On CPU (:data:`CPU_PATH`):
+
+* the weights are cast to bf16 once per step (``torch.func.functional_call`` over bf16 copies of
+  the float32 parameters, so the gradients arrive in float32 on the master weights and Adam's
+  state stays float32), and the whole forward pass runs in bf16 through the model's own
+  components; the loss is computed in float32;
+* attention takes the components' explicit matmul path, not ``scaled_dot_product_attention``,
+  whose CPU flash kernel is slow in bf16 backward at these short sequences (measured in
+  docs/fast-cpu.md, with SDPA's math path and autocast);
+* no ``torch.compile`` (inductor's C++ code did not pay for its compile time at these shapes);
+* Adam is built with ``fused=True``.
+
+On CUDA:
 
 * the forward pass and the loss run under bf16 autocast (the weights, the optimizer and the loss
   stay float32), TF32 matmuls are allowed for what stays float32 (:func:`numerics`, restored
@@ -17,10 +33,13 @@ launches. :class:`FastStep` removes both:
 
 It runs only where nothing may look inside the model: an encoder with every parameter trainable
 and no hook attached (:func:`blocker`, :func:`hooks_attached`). Everything else, and any run with
-``TrainConfig.fast=False``, keeps the explicit step, which is also the default off CUDA, so CPU
-results are unchanged bit for bit.
+``TrainConfig.fast=False``, keeps the explicit float32 step. Left to itself (``fast=None``) a run
+takes the fast step on CUDA, and on a CPU when the model has ``d_model >=`` :data:`CPU_MIN_D_MODEL`
+and the CPU has bf16 matrix units (:func:`cpu_bf16_units`); :func:`decide` says why not otherwise,
+and the trainer writes that reason in its run record. ``tiny`` (d_model 64) therefore keeps the
+float32 step, and its runs are unchanged bit for bit.
 
-Example (forced on CPU, as the tests do; on CUDA ``tm.train`` chooses it by itself):
+Example (forced on CPU for a small model, as the tests do):
     >>> import tfmatcomp as tm
     >>> r = tm.train("tiny", n_steps=4, batch_size=8, log_every=2, progress=False, fast=True)
     >>> list(r.metrics["step"])
@@ -30,6 +49,7 @@ Example (forced on CPU, as the tests do; on CUDA ``tm.train`` chooses it by itse
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Iterator
 
 import torch
@@ -38,32 +58,93 @@ from torch import Tensor, nn
 from tfmatcomp.components.layer_norm import _hooked
 from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.metrics import masked_mse
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.model import HookedEncoder, UncheckedForward
 
-__all__ = ["FastStep", "use_fast", "blocker", "hooks_attached", "sample_batch", "numerics"]
+__all__ = ["FastStep", "use_fast", "decide", "cpu_bf16_units", "blocker", "hooks_attached",
+           "sample_batch", "numerics", "CPU_MIN_D_MODEL"]
 
 #: ``torch.compile`` mode for inductor (None: its default). ``"max-autotune-no-cudagraphs"``
 #: autotunes the matmuls (minutes of compilation); ``"reduce-overhead"`` adds CUDA graphs.
 COMPILE_MODE: str | None = None
 
 
-def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None) -> bool:
-    """Whether a run takes the fast step: ``fast`` (``TrainConfig.fast``) if given, else on CUDA
-    only; never when ``blocked_by`` (from :func:`blocker`) names a reason.
+#: Narrowest model for which a CPU run takes the fast step by itself: below it the matmuls are too
+#: small for bf16 to pay (4L8H at d_model 128 measured no faster; docs/fast-cpu.md).
+CPU_MIN_D_MODEL = 256
+
+#: What the CPU path runs (the choices docs/fast-cpu.md measured).
+CPU_PATH = "bf16 weights cast once per step, explicit attention, fused Adam, eager"
+
+
+@functools.cache
+def cpu_bf16_units() -> str | None:
+    """The CPU's bf16 matrix units, checked at run time: ``"AMX"``, ``"AVX-512 bf16"`` or None.
+
+    Example:
+        >>> cpu_bf16_units() in ("AMX", "AVX-512 bf16", None)
+        True
+    """
+    if torch.cpu._is_amx_tile_supported():
+        return "AMX"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "AVX-512 bf16"
+    return None
+
+
+def decide(fast: bool | None, device: torch.device, blocked_by: str | None,
+           d_model: int | None = None) -> tuple[bool, str]:
+    """Whether a run takes the fast step, and why (one line for the run's log).
+
+    ``fast`` is ``TrainConfig.fast``: False never, True always (unless ``blocked_by``, from
+    :func:`blocker`, names a reason), None where it pays: on CUDA, and on a CPU with bf16 matrix
+    units for ``d_model >=`` :data:`CPU_MIN_D_MODEL`.
 
     Raises:
         ValueError: ``fast=True`` for a run that cannot take the fast step.
 
     Example:
-        >>> use_fast(None, torch.device("cpu"), None), use_fast(None, torch.device("cuda"), None)
-        (False, True)
+        >>> decide(None, torch.device("cpu"), None, d_model=64)
+        (False, 'float32 step: d_model 64 < 256, too narrow for bf16 to pay on a CPU')
+        >>> decide(False, torch.device("cuda"), None)
+        (False, 'float32 step: fast=False')
     """
+    device = torch.device(device)
     if blocked_by is not None:
         if fast:
             raise ValueError(f"fast: the fast step cannot train {blocked_by}; pass fast=False "
                              "or leave it None")
-        return False
-    return bool(fast) if fast is not None else torch.device(device).type == "cuda"
+        return False, f"float32 step: the fast step cannot train {blocked_by}"
+    if fast is False:
+        return False, "float32 step: fast=False"
+    what = ("fast step: bf16 autocast, compiled" if device.type == "cuda"
+            else f"fast step: {CPU_PATH}")
+    if fast:
+        return True, what + " (fast=True)"
+    if device.type == "cuda":
+        return True, what
+    if device.type != "cpu":
+        return False, f"float32 step: no fast step for device {device.type!r}"
+    if d_model is not None and d_model < CPU_MIN_D_MODEL:
+        return False, (f"float32 step: d_model {d_model} < {CPU_MIN_D_MODEL}, too narrow for "
+                       "bf16 to pay on a CPU")
+    units = cpu_bf16_units()
+    if units is None:
+        return False, "float32 step: this CPU has no bf16 matrix units (AMX or AVX-512 bf16)"
+    return True, f"{what} (on {units})"
+
+
+def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None,
+             d_model: int | None = None) -> bool:
+    """The first half of :func:`decide`: whether a run takes the fast step.
+
+    Raises:
+        ValueError: ``fast=True`` for a run that cannot take the fast step.
+
+    Example:
+        >>> use_fast(None, torch.device("cpu"), None, d_model=64), use_fast(None, "cuda", None)
+        (False, True)
+    """
+    return decide(fast, device, blocked_by, d_model)[0]
 
 
 def blocker(model: nn.Module, trainable: object, own_step: bool) -> str | None:
@@ -137,57 +218,84 @@ def numerics(device: torch.device) -> Iterator[None]:
         torch.set_float32_matmul_precision(before)
 
 
+@contextlib.contextmanager
+def explicit_attention(model: nn.Module) -> Iterator[None]:
+    """Run every attention module's explicit matmul path (not SDPA) while the block runs."""
+    modules = [m for m in model.modules() if hasattr(m, "fused") and hasattr(m, "W_Q")]
+    before = [m.fused for m in modules]
+    for m in modules:
+        m.fused = False
+    try:
+        yield
+    finally:
+        for m, f in zip(modules, before):
+            m.fused = f
+
+
 class FastStep:
-    """One training update of an encoder, compiled, in bf16 autocast, without host syncs.
+    """One training update of an encoder in bf16 without host syncs (CPU: bf16 weights cast once
+    per step; CUDA: autocast and ``torch.compile``).
 
     Args:
-        model: the :class:`~tfmatcomp.HookedEncoder` trained (float32 weights).
-        optimizer: its optimizer (build Adam with ``fused=True`` on CUDA).
-        autocast_dtype: the autocast dtype (bf16), or None for float32.
-        compile: compile the forward pass and the loss; False runs them eagerly.
+        model: the :class:`~tfmatcomp.HookedEncoder` trained (float32 weights, the master copy).
+        optimizer: its optimizer (build Adam with ``fused=True``).
+        autocast_dtype: the reduced dtype (bf16), or None for float32.
+        compile: compile the forward pass and the loss (default: on CUDA only).
         backend, mode: for ``torch.compile`` (default: inductor with :data:`COMPILE_MODE` on
             CUDA, ``aot_eager`` elsewhere).
 
     Example:
         >>> import tfmatcomp as tm
         >>> model = tm.HookedEncoder(tm.get_preset("tiny").model, seed=0)
-        >>> step = FastStep(model, torch.optim.Adam(model.parameters(), lr=1e-3), compile=False)
+        >>> step = FastStep(model, torch.optim.Adam(model.parameters(), lr=1e-3))
         >>> batch = tm.MatrixCompletionTask(4, rank=1).sample(8, torch.Generator().manual_seed(0))
-        >>> step.update(batch).shape, step.check_finite(1)
-        (torch.Size([8, 16]), None)
+        >>> predictions = step.update(batch)
+        >>> predictions.shape, predictions.dtype, model.blocks[0].mlp.W_in.dtype
+        (torch.Size([8, 16]), torch.float32, torch.float32)
     """
 
     def __init__(self, model: HookedEncoder, optimizer: torch.optim.Optimizer, *,
-                 autocast_dtype: torch.dtype | None = torch.bfloat16, compile: bool = True,
+                 autocast_dtype: torch.dtype | None = torch.bfloat16, compile: bool | None = None,
                  backend: str | None = None, mode: str | None = None):
         self.model, self.optimizer = model, optimizer
         self.device = next(model.parameters()).device
         self.autocast_dtype = autocast_dtype
-        forward = self._forward_loss
-        if compile:
-            cuda = self.device.type == "cuda"
+        cuda = self.device.type == "cuda"
+        forward = self._forward_loss if cuda else self._forward_loss_cast
+        if compile if compile is not None else cuda:
             backend = backend or ("inductor" if cuda else "aot_eager")
             mode = (mode or COMPILE_MODE) if backend == "inductor" else None
             forward = torch.compile(forward, backend=backend, mode=mode)
         self._forward = forward
+        self._unchecked = UncheckedForward(model)
         self._bad = torch.zeros((), dtype=torch.bool, device=self.device)
         self._checked = 0
 
     def _forward_loss(self, tokens: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """CUDA: the float32 model under autocast."""
         with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                             enabled=self.autocast_dtype is not None):
             predictions = self.model._run(tokens)  # no token checks: they read values back
         return predictions, masked_mse(predictions, values)  # the loss in float32
 
+    def _forward_loss_cast(self, tokens: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
+        """CPU: the model's components on bf16 copies of its weights, made once per step (their
+        gradients flow back to the float32 weights through the casts)."""
+        dtype = self.autocast_dtype or torch.float32
+        weights = {f"model.{name}": p.to(dtype) for name, p in self.model.named_parameters()}
+        with explicit_attention(self.model):
+            predictions = torch.func.functional_call(self._unchecked, weights, (tokens,)).float()
+        return predictions, masked_mse(predictions, values)  # the loss in float32
+
     def update(self, batch: MatrixBatch) -> Tensor:
-        """One optimizer update on ``batch``; returns the predictions it used. Never reads a
-        tensor back: a non-finite loss only sets a flag for :meth:`check_finite`."""
+        """One optimizer update on ``batch``; returns the (float32) predictions it used. Never
+        reads a tensor back on CUDA: a non-finite loss only sets a flag for :meth:`check_finite`."""
         predictions, loss = self._forward(batch.tokens, batch.values)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
         self._bad |= ~torch.isfinite(loss.detach())
-        return predictions
+        return predictions.float()
 
     def check_finite(self, step: int) -> None:
         """Raise ``FloatingPointError`` if a loss since the last check (up to ``step``) was not

@@ -34,7 +34,7 @@ from tfmatcomp.config import EncoderConfig
 from tfmatcomp.hooked_base import HookedBase, UnknownHookError
 from tfmatcomp.validation import check_choice
 
-__all__ = ["HookedEncoder", "UnknownHookError"]
+__all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
 
 RETURN_TYPES = ("predictions", "hidden", None)
 
@@ -180,3 +180,26 @@ class HookedEncoder(HookedBase):
 
         return to_hf(self)
 
+
+
+class UncheckedForward(nn.Module):
+    """``model``'s predictions without the token-value checks (which read tensor values: no
+    ``torch.func.vmap``, and a host sync per call), for ``torch.func.functional_call`` with
+    weights named ``"model.<parameter name>"``. Callers check the tokens themselves.
+
+    Example:
+        >>> import torch
+        >>> from tfmatcomp import EncoderConfig
+        >>> model = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
+        >>> weights = {f"model.{n}": p.to(torch.bfloat16) for n, p in model.named_parameters()}
+        >>> tokens = torch.ones(2, 4, dtype=torch.long)
+        >>> torch.func.functional_call(UncheckedForward(model), weights, (tokens,)).dtype
+        torch.bfloat16
+    """
+
+    def __init__(self, model: HookedEncoder):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos"]:
+        return self.model._run(tokens)

@@ -42,7 +42,7 @@ from tfmatcomp import rundir
 from tfmatcomp.checkpoint import latest_checkpoint, list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.metrics import losses
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.model import HookedEncoder, UncheckedForward
 from tfmatcomp.training import (
     Trainer, TrainResult, _check_n_steps, _check_resume_overwrite, _resume_and_run,
 )
@@ -85,17 +85,6 @@ def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
     if len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds: {text!r} repeats a seed")
     return sorted(seeds)
-
-
-class _Forward(nn.Module):
-    """The encoder's forward without its value checks (done once, outside ``vmap``)."""
-
-    def __init__(self, model: HookedEncoder):
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.model._run(tokens)
 
 
 @dataclass
@@ -189,7 +178,7 @@ class MultiSeedTrainer:
             if hasattr(module, "fused"):
                 # SDPA / fused LayerNorm have no vmap batching rule; one seed needs no vmap.
                 module.fused = single
-        forward = _Forward(stateless)
+        forward = UncheckedForward(stateless)
         keys = {n: f"model.{n}" for n in self.names}
 
         def one(params: dict[str, Tensor], tokens: Tensor) -> Tensor:

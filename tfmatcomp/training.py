@@ -115,9 +115,11 @@ class Trainer:
         progress: show a tqdm progress bar with the current losses.
         train_overrides: :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``).
 
-    On CUDA, a run that allows it takes the fast step of :mod:`tfmatcomp.fast_step` (bf16
-    autocast, fused Adam, ``torch.compile``); ``fast=False`` keeps the explicit step. A run with a
-    hook attached when :meth:`run` starts takes the explicit step.
+    On CUDA, and on a CPU with bf16 matrix units for models with ``d_model >= 256``, a run that
+    allows it takes the fast step of :mod:`tfmatcomp.fast_step` (bf16 matmuls, fused Adam);
+    ``fast=False`` keeps the explicit float32 step. ``step_reason`` (also in ``run.json``) says
+    which step runs and why. A run with a hook attached when :meth:`run` starts takes the
+    explicit step.
     """
 
     def __init__(
@@ -171,8 +173,10 @@ class Trainer:
             raise ValueError("trainable: selects no parameter")
         own_step = (type(self).update is not Trainer.update
                     or type(self)._forward_loss is not Trainer._forward_loss)
-        self.fast = fast_step.use_fast(self.train_cfg.fast, self.device,
-                                       fast_step.blocker(self.model, trainable, own_step))
+        #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
+        self.fast, self.step_reason = fast_step.decide(
+            self.train_cfg.fast, self.device, fast_step.blocker(self.model, trainable, own_step),
+            getattr(self.model_cfg, "d_model", None))
         self._fast_step: fast_step.FastStep | None = None
         self.optimizer = torch.optim.Adam(params, lr=self.train_cfg.lr,
                                           **({"fused": True} if self.fast else {}))
@@ -372,7 +376,7 @@ class Trainer:
                 "model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
                 "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
                 "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                "device": str(self.device)}
+                "device": str(self.device), "step": self.step_reason}
 
     def log(self, train: dict[str, Any], evaluation: dict[str, float], log_file=None) -> dict[str, Any]:
         """Append one metrics record for the current step (``train_*`` from the update's forward
@@ -491,6 +495,9 @@ class Trainer:
         self.model.train()
         update = self._step_function()
         fast = update == self._fast_update
+        if self.progress:
+            bar.write(self.step_reason if fast or not self.fast
+                      else "float32 step: hooks are attached to the model")
         try:
             with fast_step.numerics(self.device) if fast else contextlib.nullcontext():
                 t0 = time.perf_counter() - self.elapsed_s
