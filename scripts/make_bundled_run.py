@@ -1,11 +1,13 @@
-"""Regenerate the run bundled in the package (tfmatcomp/pretrained/tiny) from the tiny preset.
+"""Regenerate a run bundled in the package (tfmatcomp/pretrained/<preset>) from its preset.
 
-Trains the preset's seeds with one torch thread, detects each seed's drop, and bundles the seed whose drop onset is the median of those that dropped (the typical
+Trains the preset's seeds with one torch thread (each on the step the trainer chooses: the fast
+bf16 step for paper-cpu on a CPU with bf16 matrix units, float32 for tiny), detects each seed's drop, and bundles the seed whose drop onset is the median of those that dropped (the typical
 seed): its metrics log, run.json and a few checkpoints (pre-shift on the plateau, around the drop,
 the last), plus every seed's metrics log under group/ so that the report can show the distribution
 of drop steps. pretrained.json records how it was trained (torch version, threads) and the drop.
 
     python scripts/make_bundled_run.py --seeds 0-15 --work runs/bundle --bundle-seed 0
+    python scripts/make_bundled_run.py --preset paper-cpu --seeds 0-3 --work runs/bundle-paper-cpu
 
 By default each seed is trained alone (``tfmatcomp.train``, the program ``tfmatcomp train --seed S``
 and ``tfmatcomp demo`` run), so the bundled seed's metrics are bit-identical to a user's run of that
@@ -24,14 +26,15 @@ from pathlib import Path
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.multiseed import GROUP_FILE, _write_group_file, parse_seeds, seed_dir
+from tfmatcomp.multiseed import GROUP_FILE, write_group_file, parse_seeds, seed_dir
 from tfmatcomp.report.run import SeedGroup, choose_steps
 
-TARGET = Path(tm.__file__).resolve().parent / "pretrained" / "tiny"
+PRETRAINED = Path(tm.__file__).resolve().parent / "pretrained"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny")
     ap.add_argument("--seeds", default="0-15")
     ap.add_argument("--batched", action="store_true", help="train the seeds at once (train_many)")
     ap.add_argument("--work", default="runs/bundle", help="where the seeds are trained (resumed)")
@@ -43,14 +46,16 @@ def main() -> None:
                     "bit for bit with the same thread count")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    preset = args.preset
+    target = PRETRAINED / preset
     if args.batched:
-        tm.train_many("tiny", seeds=args.seeds, out_dir=args.work, resume=True, device="cpu")
+        tm.train_many(preset, seeds=args.seeds, out_dir=args.work, resume=True, device="cpu")
     else:
         seeds = parse_seeds(args.seeds)
         for s in seeds:
-            tm.train("tiny", seed=s, out_dir=seed_dir(args.work, s), resume=True, device="cpu")
+            tm.train(preset, seed=s, out_dir=seed_dir(args.work, s), resume=True, device="cpu")
         Path(args.work).mkdir(parents=True, exist_ok=True)
-        _write_group_file(Path(args.work), seeds)
+        write_group_file(Path(args.work), seeds)
     group = SeedGroup.load(args.work)
     seed = group.typical_seed() if args.bundle_seed is None else args.bundle_seed
     if seed is None:
@@ -64,34 +69,34 @@ def main() -> None:
     around = sorted(ckpts, key=lambda s: min(abs(s - drop.drop_start), abs(s - drop.drop_step),
                                              abs(s - drop.drop_end)))
     keep = sorted({pre, post, *around[:max(args.checkpoints - 2, 0)]})
-    if TARGET.exists():
-        shutil.rmtree(TARGET)
-    (TARGET / "checkpoints").mkdir(parents=True)
+    if target.exists():
+        shutil.rmtree(target)
+    (target / "checkpoints").mkdir(parents=True)
     for name in ("metrics.jsonl", "run.json"):
-        shutil.copy(source / name, TARGET / name)
+        shutil.copy(source / name, target / name)
     for step in keep:
-        dest = TARGET / "checkpoints" / ckpts[step].name
+        dest = target / "checkpoints" / ckpts[step].name
         shutil.copytree(ckpts[step], dest, ignore=shutil.ignore_patterns("state.*"))
         config = json.loads((dest / "config.json").read_text())
         for name in ("state.safetensors", "state.json"):
             config["files"].pop(name, None)
         (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-    (TARGET / "group").mkdir()
-    (TARGET / "group" / GROUP_FILE).write_text(json.dumps({"seeds": group.seeds}, indent=2))
+    (target / "group").mkdir()
+    (target / "group" / GROUP_FILE).write_text(json.dumps({"seeds": group.seeds}, indent=2))
     for s in group.seeds:
-        dest = seed_dir(TARGET / "group", s)
+        dest = seed_dir(target / "group", s)
         dest.mkdir()
         for name in ("metrics.jsonl", "run.json"):
             shutil.copy(seed_dir(args.work, s) / name, dest / name)
     run = json.loads((source / "run.json").read_text())
     info = {
-        "name": "tiny", "preset": "tiny", "seed": seed,
+        "name": preset, "preset": preset, "seed": seed,
         "pre_shift_step": pre, "post_shift_step": post, "group": "group",
-        "how": (f"python scripts/make_bundled_run.py --seeds {args.seeds}"
+        "how": (f"python scripts/make_bundled_run.py --preset {preset} --seeds {args.seeds}"
                 f"{' --batched' if args.batched else ''} "
                 f"({'tfmatcomp.train_many' if args.batched else 'tfmatcomp.train, one seed at a time,'} "
-                f"on the tiny preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
-                f"thread(s)); "
+                f"on the {preset} preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
+                f"thread(s), {run.get('step', 'float32 step')}); "
                 + (f"seed {seed} is the seed whose drop onset is the median of the "
                    if args.bundle_seed is None else
                    f"seed {seed} (the seed `tfmatcomp demo` trains) is bundled; "
@@ -99,9 +104,10 @@ def main() -> None:
                 + f"{len(group.dropped)} of {len(group.seeds)}; {len(keep)} of its "
                 f"{len(ckpts)} checkpoints are bundled, and every seed's metrics log is in group/"),
         "torch": run["torch"], "torch_threads": run["torch_threads"],
+        "step": run.get("step"),
         "detected_drop": drop.as_dict(),
     }
-    (TARGET / "pretrained.json").write_text(json.dumps(info, indent=2))
+    (target / "pretrained.json").write_text(json.dumps(info, indent=2))
     print(json.dumps(info, indent=2))
     print(group.table().to_string(index=False))
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import Callable
 
-from tfmatcomp.config import PRESETS
+from tfmatcomp.config import PRESETS, EncoderConfig
 from tfmatcomp.data import _DISTRIBUTIONS
 
 #: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
@@ -222,13 +222,18 @@ DEMO_SEEDS = {"cuda": "0-7", "cpu": "0"}
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="tiny",
+                   choices=sorted(n for n, pr in PRESETS.items()
+                                  if isinstance(pr.model, EncoderConfig)),
+                   help="the preset to train, or whose bundled run to use (default: tiny)")
     p.add_argument("--bundled", action="store_true",
-                   help="use the run bundled in the package instead of training (about a minute)")
-    p.add_argument("--out-dir", default="runs/tiny-demo", help="where to train (default runs/tiny-demo)")
+                   help="use the run bundled in the package instead of training (tiny: about a "
+                   "minute)")
+    p.add_argument("--out-dir", help="where to train (default runs/<preset>-demo)")
     p.add_argument("--seeds", help="seeds trained at once, e.g. 0-3 (default: 0-7 on a GPU, 0 on a "
                    "CPU, where each seed costs a full run); the report analyses the typical one "
                    "that dropped and shows them all")
-    p.add_argument("--steps", type=int, help="training steps (default: the tiny preset's)")
+    p.add_argument("--steps", type=int, help="training steps (default: the preset's)")
     p.add_argument("--overwrite", action="store_true", help="delete the runs in --out-dir and "
                    "train again (by default an interrupted demo continues where it stopped)")
     _output_args(p, "training device (default: CUDA when present)")
@@ -236,31 +241,45 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 
 @command("demo", _demo_args)
 def _demo(args: argparse.Namespace) -> int:
-    """Train the tiny preset (several seeds at once on a GPU) or use the bundled run, and report."""
+    """Train a preset (several seeds at once on a GPU) or use its bundled run, and report."""
     if args.bundled:
-        return _write_report(args, "tiny")
+        from tfmatcomp import pretrained
+
+        if args.preset not in pretrained.available():
+            raise ValueError(f"--preset: no bundled run of {args.preset!r}; bundled runs are "
+                             f"{sorted(pretrained.available())}")
+        return _write_report(args, args.preset)
     import torch
 
-    from tfmatcomp.multiseed import train_many
+    from tfmatcomp.multiseed import parse_seeds, seed_dir, train_many, write_group_file
     from tfmatcomp.report import SeedGroup
-    from tfmatcomp.training import default_device
+    from tfmatcomp.training import Trainer, default_device, train
     from tfmatcomp.validation import writable_output
 
     with writable_output("out", args.out):  # the report can be written: checked before training
         pass
+    out_dir = args.out_dir or f"runs/{args.preset}-demo"
     overrides = {"n_steps": args.steps} if args.steps else {}
     device = torch.device(args.device) if args.device else default_device()
     seeds = args.seeds or DEMO_SEEDS["cuda" if device.type == "cuda" else "cpu"]
-    print(f"training seed(s) {seeds} of the tiny preset into {args.out_dir} on {device} "
-          "(resumes if interrupted)")
-    train_many("tiny", seeds=seeds, out_dir=args.out_dir, device=args.device,
-               resume=not args.overwrite, overwrite=args.overwrite,
-               progress=not args.no_progress, **overrides)
-    group = SeedGroup.load(args.out_dir)
+    probe = Trainer(args.preset, device=device, progress=False, **overrides)
+    print(f"training seed(s) {seeds} of the {args.preset} preset into {out_dir} on {device} "
+          f"(resumes if interrupted); {probe.step_reason}")
+    if probe.fast:  # the fast step trains one seed at a time; the batched program is float32
+        for s in parse_seeds(seeds):
+            train(args.preset, seed=s, out_dir=seed_dir(out_dir, s), device=device,
+                  resume=not args.overwrite, overwrite=args.overwrite,
+                  progress=not args.no_progress, **overrides)
+        write_group_file(out_dir, parse_seeds(seeds))
+    else:
+        train_many(args.preset, seeds=seeds, out_dir=out_dir, device=args.device,
+                   resume=not args.overwrite, overwrite=args.overwrite,
+                   progress=not args.no_progress, **overrides)
+    group = SeedGroup.load(out_dir)
     print(f"{len(group.dropped)} of {len(group.seeds)} seeds dropped"
           + (f" (onsets {', '.join(f'{group.drops[s].drop_start:,.0f}' for s in group.dropped)})"
              if group.dropped else "; the report says what to do"))
-    return _write_report(args, args.out_dir)
+    return _write_report(args, out_dir)
 
 
 # ------------------------------------------------------------------------ geometry

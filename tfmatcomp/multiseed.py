@@ -48,7 +48,7 @@ from tfmatcomp.training import (
 )
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "train_many", "parse_seeds", "seed_dir",
-           "GROUP_FILE"]
+           "write_group_file", "GROUP_FILE"]
 
 #: File in a multi-seed run directory that lists its seeds.
 GROUP_FILE = "seeds.json"
@@ -282,7 +282,7 @@ class MultiSeedTrainer:
 
     def _write_group_file(self) -> None:
         """Record the group's seeds in ``out_dir/seeds.json``."""
-        _write_group_file(self.out_dir, self.seeds)
+        write_group_file(self.out_dir, self.seeds)
 
     def close(self) -> None:
         """Release the locks on the group directory and every seed's (done at the end of
@@ -420,7 +420,11 @@ def _check_resumable(out_dir: Path, seeds: list[int]) -> None:
                          "resume them separately or start a new directory")
 
 
-def _write_group_file(out_dir: Path, seeds: list[int]) -> None:
+def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
+    """Record a group of seed runs (``out_dir/seed-S``) in ``out_dir/seeds.json``, which
+    :class:`~tfmatcomp.report.SeedGroup` and the report read."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / GROUP_FILE).write_text(json.dumps(
         {"seeds": seeds, "runs": [seed_dir(".", s).name for s in seeds]}, indent=2))
 

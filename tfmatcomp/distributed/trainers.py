@@ -198,7 +198,7 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         multiseed._check_group_dir(out, every, resume, overwrite)
         if resume:
             multiseed._check_resumable(out, every)
-        multiseed._write_group_file(out, every)
+        multiseed.write_group_file(out, every)
 
     def work() -> MultiSeedResult:
         if not mine:
