@@ -38,7 +38,7 @@ N = 128  # matrices per measurement
 # %% [markdown]
 # ## The bundled checkpoints
 #
-# The task configuration (4x4, rank 1, p_mask 0.3) is read from the checkpoint.
+# The task configuration (tiny: 4x4, rank 1, p_mask 0.2) is read from the checkpoint.
 
 # %%
 ckpts = list_checkpoints(tm.pretrained.run_dir("tiny"))

@@ -3,11 +3,12 @@
 Three ways to get the models:
 
 * default: the bundled tiny run (``tfmatcomp.pretrained.run_dir("tiny")``, offline, no training):
-  step 4000 (on the plateau) is the "pre-shift" model and step 10000 the "post-shift" model, so the tables get the
-  papers' reference columns.
+  the steps its ``pretrained.json`` names pre-shift (on the plateau) and post-shift
+  (``tfmatcomp.pretrained.resolve_step("tiny", "pre" | "post")``), so the tables get the papers'
+  reference columns.
 * ``--run RUN_DIR``: your own training run of the tiny preset (``tfmatcomp train --preset tiny --out
-  RUN_DIR``); the checkpoint at ``--pre-step`` (default 4000) is "pre-shift" and the last one (or
-  ``--post-step``) "post-shift".
+  RUN_DIR``); the checkpoint at ``--pre-step`` (default: the first) is "pre-shift" and the last
+  one (or ``--post-step``) "post-shift".
 * ``--train``: train the tiny preset briefly here (``--steps``, default ``$TFMATCOMP_EXAMPLE_STEPS``
   or 600) and compare the checkpoint at a fifth of the way ("early") with the final one ("final").
   Both are on the copying plateau, so expect the pre-shift picture twice.
@@ -38,13 +39,18 @@ from tfmatcomp.experiments import (activation_patching, attention_ablation, copy
 
 def load_models(args) -> tuple[dict[str, tm.HookedEncoder], tm.TaskConfig]:
     if not args.train:
-        if args.run is None:
+        bundled = args.run is None
+        if bundled:
             args.run = tm.pretrained.run_dir("tiny")
         ckpts = list_checkpoints(args.run)
         if not ckpts:
             raise SystemExit(f"--run: no checkpoints in {args.run}")
-        pre_step = args.pre_step if args.pre_step in ckpts else min(ckpts)
-        post_step = args.post_step or max(ckpts)
+        default_pre = tm.pretrained.resolve_step("tiny", "pre") if bundled else min(ckpts)
+        default_post = tm.pretrained.resolve_step("tiny", "post") if bundled else max(ckpts)
+        if args.pre_step is not None and args.pre_step not in ckpts:
+            raise SystemExit(f"--pre-step: {args.run} has checkpoints at {sorted(ckpts)}")
+        pre_step = args.pre_step if args.pre_step is not None else default_pre
+        post_step = args.post_step or default_post
         pre, info = load_checkpoint_info(ckpts[pre_step])
         post, _ = load_checkpoint_info(ckpts[post_step])
         print(f"pre-shift = step {pre_step}, post-shift = step {post_step} of {args.run}")
@@ -67,7 +73,8 @@ def main() -> None:
                                       "(default: the bundled run, tfmatcomp.pretrained.run_dir('tiny'))")
     parser.add_argument("--train", action="store_true",
                         help="train the tiny preset briefly here instead of loading checkpoints")
-    parser.add_argument("--pre-step", type=int, default=4000)
+    parser.add_argument("--pre-step", type=int, default=None,
+                        help="pre-shift step (default: the bundled run's, or the first checkpoint)")
     parser.add_argument("--post-step", type=int, default=None)
     parser.add_argument("--steps", type=int,
                         default=int(os.environ.get("TFMATCOMP_EXAMPLE_STEPS", "600")),

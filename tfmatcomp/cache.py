@@ -84,7 +84,7 @@ class EncoderActivationCache(ActivationCache):
 
     # ------------------------------------------------------------ access
     def __getitem__(self, key: Any) -> torch.Tensor:
-        """A cached tensor by full hook name or TransformerLens short name (``utils.get_act_name``):
+        """A cached tensor by full hook name or TransformerLens short name (TransformerLens's ``get_act_name``):
         ``cache["resid_pre", 1]``, ``cache["scale", 0, "ln2"]``, ``cache["pattern", -1]``; ``"embed"``
         and ``"pos_embed"`` name ``embed.hook_embed`` / ``embed.hook_pos_embed``."""
         if isinstance(key, str):

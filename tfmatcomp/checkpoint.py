@@ -358,6 +358,7 @@ def load_checkpoint_info(
         dtype = torch.float32  # half precision is a storage format: the model computes in float32
     model = model_cls(model_cfg).to(dtype)
     model.load_state_dict(tensors, strict=True)
+    model.task_cfg = task_cfg
     if device is not None:
         model = model.to(device)
     info = CheckpointInfo(path=path, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,

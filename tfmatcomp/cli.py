@@ -397,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfmatcomp", description=__doc__.splitlines()[0])
     debug_help = "show the full traceback of an error instead of one line"
     parser.add_argument("--debug", action="store_true", help=debug_help)
+    from tfmatcomp import __version__
+
+    parser.add_argument("--version", action="version", version=f"tfmatcomp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (setup, fn) in _COMMANDS.items():
         p = sub.add_parser(name, help=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else None)

@@ -77,7 +77,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
                     ) -> tuple[HookedEncoder, TaskConfig | None, str]:
     """``(model, task config or None, label)`` for a model or a checkpoint / run directory.
 
-    A model is moved to ``device`` (when given) and labelled ``"model"``; a path is loaded with
+    A model's task config is its ``task_cfg`` (None for a fresh model). A model is moved to ``device`` (when given) and labelled ``"model"``; a path is loaded with
     :func:`tfmatcomp.checkpoint.load_checkpoint_info` and labelled ``"step N"``.
 
     Example:
@@ -87,7 +87,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
         (None, 'model')
     """
     if isinstance(model, (HookedEncoder, HookedDecoder)):
-        return (model if device is None else model.to(device)), None, "model"
+        return (model if device is None else model.to(device)), model.task_cfg, "model"
     if isinstance(model, (str, os.PathLike)):
         from tfmatcomp.checkpoint import load_checkpoint_info
 

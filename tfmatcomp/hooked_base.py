@@ -82,6 +82,9 @@ class HookedBase(HookedRootModule):
                             f"{type(cfg).__name__}")
         check_seed("seed", seed)
         self.cfg = cfg
+        #: the task the model was trained on, when known (set by ``load_checkpoint``,
+        #: ``load_pretrained`` and the trainer): analyses use it when given no task
+        self.task_cfg = None
 
     def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
         """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
@@ -211,6 +214,14 @@ class HookedBase(HookedRootModule):
     @property
     def W_out(self) -> Float[Tensor, "n_layers d_mlp d_model"]:
         return self._stack(lambda b: b.mlp.W_out)
+
+    @property
+    def b_in(self) -> Float[Tensor, "n_layers d_mlp"]:
+        return self._stack(lambda b: b.mlp.b_in)
+
+    @property
+    def b_out(self) -> Float[Tensor, "n_layers d_model"]:
+        return self._stack(lambda b: b.mlp.b_out)
 
     @property
     def QK(self) -> FactoredMatrix:

@@ -165,6 +165,7 @@ class Trainer:
         elif model.cfg != self.model_cfg:
             raise ConfigMismatchError("model: its config differs from model_cfg")
         self.model = model.to(self.device).train()
+        self.model.task_cfg = self.task_cfg
         params = [p for n, p in self.model.named_parameters() if trainable is None or trainable(n)]
         if trainable is not None:
             for n, p in self.model.named_parameters():

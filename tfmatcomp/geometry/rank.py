@@ -189,7 +189,7 @@ def screenot_singular_values(
 
 def screenot(
     matrix: Float[Tensor, "m n"],
-    k: int = 20,
+    k: int | None = None,
     *,
     strategy: Strategy = "impute",
     rtol: float = 1e-10,
@@ -198,8 +198,9 @@ def screenot(
 
     Args:
         matrix: a 2-D tensor; its singular values are computed in float64.
-        k: upper bound on the signal rank (seed 003 uses 20); must satisfy ``k < (min(m, n) - 1) / 2``
-            for imputation (see :func:`max_screenot_k`).
+        k: upper bound on the signal rank; must satisfy ``k < (min(m, n) - 1) / 2`` for
+            imputation (see :func:`max_screenot_k`). None (default): 20, as Song and Zhong use, or
+            the largest valid ``k`` for a matrix too small for 20 (a 16-position model: 7).
         strategy: ``"impute"`` (default, the paper's), ``"winsorize"`` or ``"zero"``.
         rtol: bisection tolerance relative to the largest pseudo-noise value.
 
@@ -220,6 +221,8 @@ def screenot(
         raise ValueError(f"matrix: ScreeNOT with strategy {strategy!r} needs min(m, n) >= {need}, "
                          f"got shape {(m, n)}")
     sv = torch.linalg.svdvals(matrix.detach().to(torch.float64))
+    if k is None:
+        k = min(20, max_screenot_k(min(m, n), strategy))
     return screenot_singular_values(sv, gamma=min(m / n, n / m), k=k, strategy=strategy, rtol=rtol)
 
 

@@ -1,0 +1,76 @@
+"""TransformerLens and packaging habits a researcher brings (issue 25's smaller things): a loaded
+model knows its task, the stacked MLP biases, ``--version``, the examples' stated settings, and an
+sdist that carries the whole test suite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import torch
+
+import tfmatcomp as tm
+from tfmatcomp.datapath import load_model_info
+from tfmatcomp.experiments import activation_patching
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_loaded_model_carries_its_task_and_analyses_use_it(tmp_path):
+    model = tm.load_pretrained("tiny", step="post")
+    assert model.task_cfg == tm.get_preset("tiny").task
+    assert load_model_info(model)[1] == model.task_cfg
+    table = activation_patching(model, n_samples=8)  # no task given: the model's own
+    assert len(table)
+    trained = tm.train("tiny", n_steps=2, batch_size=4, progress=False).model
+    assert trained.task_cfg == tm.get_preset("tiny").task
+    assert tm.HookedEncoder(tm.get_preset("tiny").model).task_cfg is None
+
+
+def test_stacked_mlp_biases_are_the_blocks_biases():
+    model = tm.HookedEncoder(tm.get_preset("tiny").model, seed=0)
+    with torch.no_grad():
+        for i, block in enumerate(model.blocks):
+            block.mlp.b_in.fill_(i + 1.0)
+            block.mlp.b_out.fill_(-i - 1.0)
+    assert model.b_in.shape == (model.cfg.n_layers, model.cfg.d_mlp)
+    assert model.b_out.shape == (model.cfg.n_layers, model.cfg.d_model)
+    for i, block in enumerate(model.blocks):
+        assert torch.equal(model.b_in[i], block.mlp.b_in)
+        assert torch.equal(model.b_out[i], block.mlp.b_out)
+
+
+def test_cli_prints_its_version():
+    out = subprocess.run([sys.executable, "-m", "tfmatcomp", "--version"], capture_output=True,
+                         text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.strip() == f"tfmatcomp {tm.__version__}"
+
+
+def test_license_is_an_spdx_string_and_the_sdist_carries_the_test_suite():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+    manifest = (ROOT / "MANIFEST.in").read_text()
+    assert "tests/conftest.py" in manifest and "graft tests/data" in manifest
+
+
+def test_examples_state_the_bundled_runs_settings():
+    text = (ROOT / "examples" / "baselines_and_probes.py").read_text()
+    assert f"p_mask {tm.get_preset('tiny').task.p_mask}" in text
+    text = (ROOT / "examples" / "interventions_tiny.py").read_text()
+    assert "default=4000" not in text and 'resolve_step("tiny", "pre")' in text
+
+
+def test_screenot_default_k_fits_a_small_model():
+    from tfmatcomp.geometry.rank import max_screenot_k, screenot
+
+    g = torch.Generator().manual_seed(0)
+    pos = torch.randn(16, 3, generator=g, dtype=torch.float64) @ torch.randn(3, 64, generator=g,
+                                                                             dtype=torch.float64)
+    pos += 0.01 * torch.randn(16, 64, generator=g, dtype=torch.float64)
+    result = screenot(pos)  # 16 positions cannot support k = 20
+    assert result.k == max_screenot_k(16) == 7
+    assert result.rank == screenot(pos, k=7).rank == 3
+    big = torch.randn(60, 50, generator=g, dtype=torch.float64)
+    assert screenot(big).k == 20
