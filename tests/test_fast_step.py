@@ -218,3 +218,25 @@ def test_benchmark_runs_on_cpu_with_a_small_preset():
     assert out.returncode == 0, out.stderr[-2000:]
     for word in ("ours explicit", "ours fast", "HF eager fp32", "HF sdpa bf16", "50,000 steps"):
         assert word in out.stdout, out.stdout
+
+
+def test_cpu_step_variants_benchmark_runs_every_variant():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu_step_variants.py"),
+                          "--d-model", "64", "--batch-size", "4", "--steps", "1", "--rounds", "1",
+                          "--threads", "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for word in ("float32", "autocast", "cast, sdpa flash", "cast, sdpa math", "cast, explicit"):
+        assert word in out.stdout, out.stdout
+
+
+def test_sdpa_attention_option_gives_the_same_step_to_bf16_accuracy():
+    batch = MatrixCompletionTask(4, rank=1).sample(16, torch.Generator().manual_seed(0))
+    out = {}
+    for attention in ("explicit", "sdpa"):
+        model = tm.HookedEncoder(tm.get_preset("tiny").model, seed=0)
+        step = fast_step.FastStep(model, torch.optim.Adam(model.parameters(), lr=0.0),
+                                  attention=attention)
+        out[attention] = step.update(batch)
+    torch.testing.assert_close(out["sdpa"], out["explicit"], rtol=2e-2, atol=2e-2)
+    with pytest.raises(ValueError, match="attention"):
+        fast_step.FastStep(model, torch.optim.Adam(model.parameters()), attention="flash")

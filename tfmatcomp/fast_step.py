@@ -64,6 +64,7 @@ from tfmatcomp.components.layer_norm import _hooked
 from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.metrics import masked_mse
 from tfmatcomp.model import HookedEncoder, UncheckedForward
+from tfmatcomp.validation import check_choice
 
 __all__ = ["FastStep", "use_fast", "decide", "cpu_bf16_units", "retain_freed_memory", "blocker",
            "hooks_attached", "sample_batch", "numerics", "CPU_MIN_D_MODEL"]
@@ -273,6 +274,8 @@ class FastStep:
         compile: compile the forward pass and the loss (default: on CUDA only).
         backend, mode: for ``torch.compile`` (default: inductor with :data:`COMPILE_MODE` on
             CUDA, ``aot_eager`` elsewhere).
+        attention: on CPU, ``"explicit"`` (default: the components' matmul path) or ``"sdpa"``
+            (``scaled_dot_product_attention``, for benchmarks/cpu_step_variants.py).
 
     Example:
         >>> import tfmatcomp as tm
@@ -286,8 +289,11 @@ class FastStep:
 
     def __init__(self, model: HookedEncoder, optimizer: torch.optim.Optimizer, *,
                  autocast_dtype: torch.dtype | None = torch.bfloat16, compile: bool | None = None,
-                 backend: str | None = None, mode: str | None = None):
+                 backend: str | None = None, mode: str | None = None,
+                 attention: str = "explicit"):
+        check_choice("attention", attention, ("explicit", "sdpa"))
         self.model, self.optimizer = model, optimizer
+        self.attention = attention
         self.device = next(model.parameters()).device
         self.autocast_dtype = autocast_dtype
         cuda = self.device.type == "cuda"
@@ -315,7 +321,8 @@ class FastStep:
         gradients flow back to the float32 weights through the casts)."""
         dtype = self.autocast_dtype or torch.float32
         weights = {f"model.{name}": p.to(dtype) for name, p in self.model.named_parameters()}
-        with explicit_attention(self.model):
+        with (explicit_attention(self.model) if self.attention == "explicit"
+              else contextlib.nullcontext()):
             predictions = torch.func.functional_call(self._unchecked, weights, (tokens,)).float()
         return predictions, masked_mse(predictions, values)  # the loss in float32
 
