@@ -259,7 +259,7 @@ def _demo(args: argparse.Namespace) -> int:
     with writable_output("out", args.out):  # the report can be written: checked before training
         pass
     out_dir = args.out_dir or f"runs/{args.preset}-demo"
-    overrides = {"n_steps": args.steps} if args.steps else {}
+    overrides = {"n_steps": args.steps} if args.steps is not None else {}  # 0 is refused, not ignored
     device = torch.device(args.device) if args.device else default_device()
     seeds = args.seeds or DEMO_SEEDS["cuda" if device.type == "cuda" else "cpu"]
     probe = Trainer(args.preset, device=device, progress=False, **overrides)

@@ -136,6 +136,10 @@ class DecoderConfig:
         return _from_dict(cls, data, "config")
 
 
+#: The most weights a model config may describe (checked before anything is allocated).
+MAX_PARAMETERS = 10**10
+
+
 def _check_shape(cfg: "EncoderConfig | DecoderConfig") -> None:
     """The checks both model configs share: sizes, ``d_head`` (filled in when None), numerics."""
     for name in ("n_layers", "n_heads", "d_model", "d_mlp", "n_ctx", "d_vocab"):
@@ -146,6 +150,11 @@ def _check_shape(cfg: "EncoderConfig | DecoderConfig") -> None:
             raise ValueError(f"d_model: {cfg.d_model} is not divisible by n_heads "
                              f"{cfg.n_heads}; pass d_head explicitly")
         object.__setattr__(cfg, "d_head", cfg.d_model // cfg.n_heads)
+    n_params = (cfg.n_layers * (4 * cfg.d_model * cfg.n_heads * cfg.d_head + 2 * cfg.d_model * cfg.d_mlp)
+                + (cfg.d_vocab + cfg.n_ctx) * cfg.d_model)
+    if n_params > MAX_PARAMETERS:
+        raise ValueError(f"n_layers, d_model, d_mlp, n_heads, d_head, d_vocab, n_ctx: the model would "
+                         f"have about {n_params:.3g} weights; at most {MAX_PARAMETERS:.0e} are allowed")
     check_positive_float("layer_norm_eps", cfg.layer_norm_eps)
     check_positive_float("init_range", cfg.init_range)
     check_choice("act_fn", cfg.act_fn, ("gelu", "gelu_new", "relu"))

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens.hook_points import HookPoint
+from tfmatcomp.components.hook_point import HookPoint
 
 from tfmatcomp.components import Embed, LayerNorm, PosEmbed, PreLNBlock, Readout
 from tfmatcomp.config import DecoderConfig
@@ -172,9 +172,24 @@ def next_token_loss(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tens
         >>> round(next_token_loss(torch.zeros(1, 3, 4), torch.tensor([[0, 1, 2]]),
         ...                       torch.tensor([[0., 0., 1.]])).item(), 4)
         1.3863
+
+    Raises:
+        ValueError: a sequence shorter than 2 tokens (nothing to predict); ``weights`` of another
+            shape than ``tokens``, negative or not finite, or zero at every target.
     """
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
+        raise ValueError(f"tokens: need [batch, pos] with pos >= 2 (a next token to predict), got "
+                         f"shape {tuple(tokens.shape)}")
     if weights is None:
         return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+    if not torch.is_tensor(weights) or weights.shape != tokens.shape:
+        shape = tuple(weights.shape) if torch.is_tensor(weights) else type(weights).__name__
+        raise ValueError(f"weights: expected shape {tuple(tokens.shape)} (as tokens), got {shape}")
+    w = weights[:, 1:].flatten()
+    if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+        raise ValueError("weights: must be finite and >= 0")
+    if not bool((w > 0).any()):
+        raise ValueError("weights: are zero at every target (weights[:, 1:]); nothing to average")
     ce = F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten(), reduction="none")
-    w = weights[:, 1:].flatten().to(ce.dtype)
-    return (ce * w).sum() / w.sum().clamp_min(1e-12)
+    w = w.to(ce.dtype)
+    return (ce * w).sum() / w.sum()

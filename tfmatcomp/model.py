@@ -26,7 +26,7 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from transformer_lens.hook_points import HookPoint
+from tfmatcomp.components.hook_point import HookPoint
 
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
 from tfmatcomp.cache import EncoderActivationCache
@@ -136,6 +136,15 @@ class HookedEncoder(HookedBase):
         check_choice("return_type", return_type, RETURN_TYPES)
         if token_type_ids is not None:
             self._check_token_types(token_type_ids, tokens)
+        if attention_mask is not None:
+            if not torch.is_tensor(attention_mask) or attention_mask.shape != tokens.shape:
+                shape = (tuple(attention_mask.shape) if torch.is_tensor(attention_mask)
+                         else type(attention_mask).__name__)
+                raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got {shape}")
+            if attention_mask.dtype != torch.bool and bool(
+                    ((attention_mask != 0) & (attention_mask != 1)).any()):
+                raise ValueError("attention_mask: must hold only 0 (padding) and 1 (token), or be "
+                                 "boolean")
         return self._run(tokens, token_type_ids, attention_mask, return_type)
 
     def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):

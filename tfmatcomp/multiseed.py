@@ -59,8 +59,13 @@ def seed_dir(out_dir: str | os.PathLike, seed: int) -> Path:
     return Path(out_dir) / f"seed-{int(seed)}"
 
 
+#: The most seeds one group may train (each is a full training run).
+MAX_SEEDS = 10_000
+
+
 def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
-    """Seeds from ``"0-7"``, ``"0,3,5"``, ``"0-3,8"``, an int or a sequence; sorted, no repeats.
+    """Seeds from ``"0-7"``, ``"0,3,5"``, ``"0-3,8"``, an int or a sequence; sorted, no repeats,
+    at most :data:`MAX_SEEDS` of them (checked before any list is built).
 
     Example:
         >>> parse_seeds("0-3,8"), parse_seeds(5), parse_seeds([2, 1])
@@ -77,9 +82,13 @@ def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
             if hi < lo:
                 raise ValueError(f"seeds: range {part!r} runs backwards")
+            if hi - lo + 1 + len(seeds) > MAX_SEEDS:
+                raise ValueError(f"seeds: at most {MAX_SEEDS:,} seeds, got {text!r}")
             seeds.extend(range(lo, hi + 1))
     else:
         seeds = [int(s) for s in text]
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"seeds: at most {MAX_SEEDS:,} seeds, got {len(seeds):,}")
     if not seeds or any(s < 0 for s in seeds):
         raise ValueError(f"seeds: give at least one non-negative seed, got {text!r}")
     if len(set(seeds)) != len(seeds):

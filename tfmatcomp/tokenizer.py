@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,9 @@ from torch import Tensor
 __all__ = ["ValueTokenizer", "MASK_TOKEN_ID"]
 
 MASK_TOKEN_ID = 0
+
+#: The largest vocabulary a tokenizer may have (the paper's has 2,002 ids).
+MAX_VOCAB_SIZE = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,25 @@ class ValueTokenizer:
     v_max: float = 10.0
     scale: int = 100
     mask_token_id: int = MASK_TOKEN_ID
+
+    def __post_init__(self) -> None:
+        from tfmatcomp.validation import check_positive_float
+
+        for name in ("v_min", "v_max"):
+            value = getattr(self, name)
+            if isinstance(value, (bool, str, complex)) or not _finite(value):
+                raise ValueError(f"{name}: must be a finite real number, got {value!r}")
+        if not self.v_min < self.v_max:
+            raise ValueError(f"v_min, v_max: need v_min < v_max, got v_min={self.v_min!r}, "
+                             f"v_max={self.v_max!r}")
+        check_positive_float("scale", self.scale)
+        if isinstance(self.mask_token_id, bool) or self.mask_token_id != MASK_TOKEN_ID:
+            raise ValueError(f"mask_token_id: must be {MASK_TOKEN_ID}, the one id that is not a "
+                             f"value's (values take ids 1..vocab_size-1), got {self.mask_token_id!r}")
+        n = (self.v_max - self.v_min) * self.scale + 2
+        if not n <= MAX_VOCAB_SIZE:
+            raise ValueError(f"scale: (v_max - v_min) * scale + 2 ids must be at most "
+                             f"{MAX_VOCAB_SIZE:,}, got {n:.4g}")
 
     @property
     def vocab_size(self) -> int:
@@ -70,6 +93,8 @@ class ValueTokenizer:
         """
         if not torch.is_tensor(values):
             values = torch.as_tensor(values)
+        if values.is_complex():
+            raise ValueError(f"values: must be real numbers, got dtype {values.dtype}")
         v = values.to(torch.float64)
         if torch.isnan(v).any():
             raise ValueError("values: contains NaN; every value must be a real number in "
@@ -102,3 +127,10 @@ class ValueTokenizer:
             raise ValueError(
                 f"{name}: token ids must lie in [0, {self.vocab_size - 1}]; got min "
                 f"{ids.min().item()}, max {ids.max().item()}")
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError, OverflowError):
+        return False

@@ -56,6 +56,7 @@ from tfmatcomp import fast_step, gpt_task
 from tfmatcomp.metrics import losses, masked_mse
 from tfmatcomp.model import HookedEncoder
 from tfmatcomp.rundir import METRICS_FILE, RunDirError
+from tfmatcomp.validation import check_device
 
 __all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device", "model_class"]
 
@@ -151,7 +152,7 @@ class Trainer:
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
                              f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
-        self.device = torch.device(device) if device is not None else default_device()
+        self.device = check_device("device", device) if device is not None else default_device()
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.overwrite = bool(overwrite)
         self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None

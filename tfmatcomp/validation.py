@@ -264,6 +264,26 @@ def check_float_dtype(name: str, dtype: Any) -> Any:
     return dtype
 
 
+def check_sum_dtype(name: str, dtype: Any) -> Any:
+    """``dtype`` if sums may accumulate in it (float32 or float64), else ``ValueError``: float16
+    overflows past 65,504 and bfloat16 drops everything below 1/256 of the running total.
+
+    Example:
+        >>> import torch
+        >>> check_sum_dtype("dtype", torch.float16)
+        Traceback (most recent call last):
+        ...
+        ValueError: dtype: sums accumulate in torch.float32 or torch.float64 (half precision overflows or loses the small terms), got torch.float16
+    """
+    import torch
+
+    check_float_dtype(name, dtype)
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"{name}: sums accumulate in torch.float32 or torch.float64 (half "
+                         f"precision overflows or loses the small terms), got {dtype}")
+    return dtype
+
+
 def check_finite(name: str, tensor: Any) -> Any:
     """``tensor`` if every entry is finite, else ``ValueError`` counting the NaN / inf entries.
 

@@ -138,6 +138,7 @@ def check_problem(values: Tensor, observed: Tensor, n_rows: int, n_cols: int,
         raise ValueError(f"observed: expected a bool tensor of shape {tuple(values.shape)}, got {shape}")
     if not torch.isfinite(values[observed]).all():
         raise ValueError("values: observed entries must be finite")
-    if lam is not None and not (isinstance(lam, (int, float)) and math.isfinite(lam) and lam > 0):
+    if lam is not None and (isinstance(lam, bool) or not (
+            isinstance(lam, (int, float)) and math.isfinite(lam) and lam > 0)):
         raise ValueError(f"lam: must be a positive number (or None for the constrained problem), "
                          f"got {lam!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from transformer_lens.hook_points import HookPoint
+from tfmatcomp.components.hook_point import HookPoint
 
 from tfmatcomp.components.layer_norm import _hooked
 from tfmatcomp.config import DecoderConfig, EncoderConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jaxtyping import Float
 from torch import Tensor, nn
-from transformer_lens.hook_points import HookPoint
+from tfmatcomp.components.hook_point import HookPoint
 
 from tfmatcomp.components.attention import Attention
 from tfmatcomp.components.layer_norm import LayerNorm

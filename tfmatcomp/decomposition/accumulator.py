@@ -30,7 +30,7 @@ from tfmatcomp.decomposition.formula import (
     valid_weights,
 )
 from tfmatcomp.decomposition.result import Decomposition
-from tfmatcomp.validation import check_bool, check_float_dtype, is_int
+from tfmatcomp.validation import check_bool, check_sum_dtype, is_int
 
 __all__ = ["DecompositionAccumulator"]
 
@@ -190,7 +190,7 @@ class DecompositionAccumulator:
                  device: torch.device | str | None = None):
         if not is_int(drop_first) or drop_first < 0:
             raise ValueError(f"drop_first: must be a non-negative integer, got {drop_first!r}")
-        check_float_dtype("dtype", dtype)
+        check_sum_dtype("dtype", dtype)
         check_bool("keep_ctx", keep_ctx)
         check_bool("second_moment", second_moment)
         check_bool("exact_gram", exact_gram)

@@ -28,7 +28,7 @@ from tfmatcomp.decomposition.formula import (
 )
 from tfmatcomp.decomposition.result import Decomposition
 from tfmatcomp.hook_names import block_hook_name
-from tfmatcomp.validation import check_float_dtype
+from tfmatcomp.validation import check_sum_dtype
 
 __all__ = ["decompose", "decompose_cache"]
 
@@ -70,7 +70,7 @@ def decompose(
         (torch.Size([5, 2]), 0.0)
     """
     h = check_activations(h)
-    check_float_dtype("dtype", dtype)
+    check_sum_dtype("dtype", dtype)
     mask = check_mask(mask, h)
     check_finite_entries(h, mask)
     drop_first = check_drop_first(drop_first, h.shape[1])

@@ -37,7 +37,7 @@ from torch import Tensor
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
 from tfmatcomp.interventions.serialize import (positions_from_data, positions_to_data,
                                                tensor_from_data, tensor_to_data)
-from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, check_head_spec, check_hook_list,
+from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, check_head_spec, check_hook_list, check_positions,
                                            describe_site, paper_label, resolve_heads, resolve_hook_names, site_mask)
 from tfmatcomp.validation import check_choice, check_int_list
 
@@ -208,7 +208,7 @@ class ActivationAblation(Intervention):
         self.mode = mode
         self.layers = None if layers is None else check_int_list("layers", layers, lo=0)
         self.heads = None if heads is None else check_int_list("heads", heads, lo=0)
-        self.positions = positions
+        self.positions = check_positions(positions)
         self.mean_value = mean_value
 
     def _to_data(self) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
 from tfmatcomp.interventions.serialize import (check_fields, positions_from_data, positions_to_data,
                                                tensor_from_data, tensor_to_data)
-from tfmatcomp.interventions.sites import (PositionSpec, check_hook_list, describe_site,
+from tfmatcomp.interventions.sites import (PositionSpec, check_hook_list, check_positions, describe_site,
                                            resolve_hook_names, site_mask)
 from tfmatcomp.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_int_list, check_positive_int, check_seed
@@ -159,7 +159,7 @@ class ActivationPatch(Intervention):
         self.hooks = check_hook_list(hooks)
         self.layers = None if layers is None else check_int_list("layers", layers, lo=0)
         self.heads = None if heads is None else check_int_list("heads", heads, lo=0)
-        self.positions = positions
+        self.positions = check_positions(positions)
 
     def _recorded_names(self) -> list[str]:
         """The keys of recorded activations that this patch reads (full or block-relative match)."""

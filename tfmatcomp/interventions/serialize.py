@@ -108,6 +108,10 @@ def check_fields(data: Any, where: str, required: tuple[str, ...] = (),
     return dict(data)
 
 
+#: How deep compositions may nest in :func:`from_dict`.
+MAX_DEPTH = 100
+
+
 def from_dict(data: Mapping[str, Any], where: str = "intervention") -> "Intervention":
     """The intervention that ``data`` (from ``to_dict()``, possibly through JSON) describes.
 
@@ -118,6 +122,9 @@ def from_dict(data: Mapping[str, Any], where: str = "intervention") -> "Interven
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: expected a dict with a 'kind' (from to_dict()), got "
                          f"{type(data).__name__}")
+    if where.count(".parts[") > MAX_DEPTH:
+        raise ValueError(f"{where.split('.parts[')[0]}: compositions nested more than {MAX_DEPTH} "
+                         "deep")
     if "kind" not in data:
         raise ValueError(f"{where}: missing field 'kind' (one of {', '.join(sorted(KINDS))})")
     kind = data["kind"]

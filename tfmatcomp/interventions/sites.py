@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence, Union
 
+import numpy as np
 import torch
 from jaxtyping import Bool
 from torch import Tensor
@@ -189,6 +190,37 @@ def resolve_heads(n_layers: int, n_heads: int, heads: HeadSpec) -> list[Head]:
     return out
 
 
+def check_positions(positions: Any, name: str = "positions") -> PositionSpec:
+    """``positions`` if it is None, integer indices (a sequence or an integer tensor) or a bool
+    mask; fractional or non-numeric positions raise ``ValueError`` (they are never truncated).
+
+    Example:
+        >>> check_positions([0, 3])
+        [0, 3]
+        >>> check_positions([0.5])
+        Traceback (most recent call last):
+        ...
+        ValueError: positions: must be integer indices or a bool mask, got [0.5]
+    """
+    if positions is None:
+        return None
+    if torch.is_tensor(positions):
+        ok = positions.dtype == torch.bool or not (positions.dtype.is_floating_point
+                                                   or positions.dtype.is_complex)
+    else:
+        try:
+            items = list(positions)
+        except TypeError:
+            items = [positions]
+        ok = all((isinstance(p, (int, np.integer)) and not isinstance(p, bool))
+                 or (torch.is_tensor(p) and p.ndim == 0 and not p.dtype.is_floating_point
+                     and not p.dtype.is_complex and p.dtype != torch.bool) for p in items)
+        ok = ok or (len(items) > 0 and all(isinstance(p, (bool, np.bool_)) for p in items))
+    if not ok:
+        raise ValueError(f"{name}: must be integer indices or a bool mask, got {positions!r}")
+    return positions
+
+
 def describe_site(layers: Sequence[int] | None, heads: Sequence[int] | None,
                   positions: PositionSpec, all_layers: str = "") -> str:
     """The layers / heads / positions part of an intervention's description.
@@ -256,7 +288,8 @@ def site_mask(
     if positions is not None:
         ax = position_axis(hook_name)
         n_pos = shape[ax]
-        pos = torch.as_tensor(positions) if not torch.is_tensor(positions) else positions
+        pos = torch.as_tensor(check_positions(positions)) if not torch.is_tensor(positions) \
+            else check_positions(positions)
         view = [1] * ndim
         if pos.dtype == torch.bool:
             if pos.ndim == 1 and pos.shape[0] == n_pos:
