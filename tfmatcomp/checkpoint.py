@@ -240,14 +240,30 @@ def _read_config(path: Path) -> dict[str, Any]:
     if not isinstance(files, dict):
         raise CheckpointError(f"path: {path / 'config.json'} has 'files' of type "
                               f"{type(files).__name__}; expected {{file name: SHA-256}}")
+    max_bytes = _max_file_bytes(path, config)
     for name, digest in files.items():
         file = _plain_file(path, name)
         if not isinstance(digest, str) or len(digest) != 64:
             raise CheckpointError(f"path: {path / 'config.json'} gives {name!r} the digest "
                                   f"{digest!r}; expected 64 hex digits (SHA-256)")
+        size = file.stat().st_size
+        if size > max_bytes:  # before hashing: a huge (or sparse) file would take hours
+            raise CheckpointError(f"path: {file} holds {size:,} bytes; a checkpoint of this model "
+                                  f"holds at most {max_bytes:,} per file; refused")
         if _sha256(file) != digest.lower():
             raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
     return config
+
+
+def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
+    """The most bytes one file of this checkpoint can hold: its weights and Adam's two moments in
+    float64, plus 64 MiB for headers, random-number states and the JSON files."""
+    kind = config.get("kind", "encoder")
+    try:
+        cfg = _KINDS[kind][0].from_dict(config["model"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
+    return 3 * 8 * _parameter_count(cfg) + (64 << 20)
 
 
 def _kind_of(model: Any) -> str:

@@ -38,6 +38,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from tfmatcomp.validation import read_json_bounded
 from tfmatcomp import rundir
 from tfmatcomp.checkpoint import latest_checkpoint, list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
@@ -410,7 +411,7 @@ def _check_group_dir(out_dir: Path, seeds: list[int], resuming: bool, overwrite:
     if not path.exists():
         return
     try:
-        theirs = [int(s) for s in json.loads(path.read_text())["seeds"]]
+        theirs = [int(s) for s in read_json_bounded("seeds.json", path)["seeds"]]
     except (ValueError, KeyError, TypeError) as e:
         raise rundir.RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
                                  "to start this directory again") from None

@@ -47,6 +47,7 @@ import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from tfmatcomp.validation import MAX_LOG_BYTES, read_bounded, read_json_bounded
 
 if TYPE_CHECKING:
     from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
@@ -60,7 +61,7 @@ except ImportError:  # Windows
 __all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "LOCK_FILE", "METRICS_FILE",
            "BAD_LINES_FILE", "is_empty", "foreign_entries", "check_fresh", "check_kind",
            "checkpoint_dirs", "remove_leftovers", "read_log", "cut_back", "run_configs",
-           "strip_state", "fingerprint"]
+           "strip_state", "fingerprint", "write_atomic"]
 
 #: The lock file inside a run directory.
 LOCK_FILE = ".lock"
@@ -212,10 +213,11 @@ def read_log(path: str | os.PathLike, stacklevel: int = 2
     as ``step``), and its unreadable lines as ``(line number, text)``, with a warning naming the
     file and the line numbers when there are any. An absent log reads as empty."""
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return [], []
     records, bad = [], []
-    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+    content = read_bounded("metrics log", path, MAX_LOG_BYTES, binary=True)
+    for n, raw in enumerate(content.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
@@ -234,7 +236,9 @@ def read_log(path: str | os.PathLike, stacklevel: int = 2
     return records, bad
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: a reader never sees half
+    a file, and whatever was at ``path`` (a fifo, a symlink) is replaced, not opened."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
@@ -261,7 +265,7 @@ def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
             f.writelines(json.dumps({"line": n, "text": text}) + "\n" for n, text in bad)
     kept = [r for r in records if r["step"] <= step]
     if log.exists():
-        _write_atomic(log, "".join(json.dumps(r) + "\n" for r in kept))
+        write_atomic(log, "".join(json.dumps(r) + "\n" for r in kept))
     return kept
 
 
@@ -278,7 +282,7 @@ def run_configs(out_dir: str | os.PathLike
     if not path.exists():
         return None
     try:
-        run = json.loads(path.read_text())
+        run = read_json_bounded("run.json", path)
         model_cls = DecoderConfig if run.get("kind") == "decoder" else EncoderConfig
         return (model_cls.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
                 TrainConfig.from_dict(run["train"]))
@@ -292,10 +296,10 @@ def strip_state(path: str | os.PathLike) -> None:
     first (a kill in between leaves files that nothing lists, never a list naming lost files)."""
     path = Path(path)
     config_file = path / "config.json"
-    config = json.loads(config_file.read_text())
+    config = read_json_bounded("config.json", config_file)
     for name in ("state.safetensors", "state.json"):
         config.get("files", {}).pop(name, None)
-    _write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True))
+    write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True))
     for name in ("state.safetensors", "state.json"):
         (path / name).unlink(missing_ok=True)
 

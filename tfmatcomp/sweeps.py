@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.checkpoint import list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.multiseed import parse_seeds, seed_dir, train_many
@@ -235,7 +236,11 @@ def _finished(run: Path, seeds: list[int], n_steps: int) -> bool:
 def _write_sweep_file(out_dir: Path, preset: str, seeds: list[int], configs: list[SweepConfig]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / SWEEP_FILE
-    old = json.loads(path.read_text()) if path.exists() else {}
+    old = read_json_bounded("sweep.json", path) if path.exists() else {}
+    if not (isinstance(old, dict) and all(isinstance(old.get(k, t()), t) for k, t in (
+            ("runs", dict), ("fields", list), ("seeds", list)))):
+        raise ValueError(f"out_dir: {path} is not a sweep record (expected a JSON object with "
+                         "'runs', 'seeds' and 'fields'); move it away or choose another out_dir")
     runs = {**old.get("runs", {}), **{c.name: c.values for c in configs}}
     fields = list(dict.fromkeys([*old.get("fields", []), *configs[0].values]))  # every grid's
     seeds = sorted(set(old.get("seeds", [])) | set(seeds))
@@ -317,7 +322,11 @@ def read_sweep(out_dir: str | os.PathLike) -> SweepResult:
     path = root / SWEEP_FILE
     if not path.exists():
         raise ValueError(f"out_dir: {root} is not a sweep directory (no {SWEEP_FILE})")
-    info = json.loads(path.read_text())
+    info = read_json_bounded("sweep.json", path)
+    if not (isinstance(info, dict) and isinstance(info.get("runs"), dict)
+            and isinstance(info.get("seeds"), list) and isinstance(info.get("fields"), list)):
+        raise ValueError(f"out_dir: {path} is not a sweep record (expected a JSON object with "
+                         "'runs', 'seeds' and 'fields', as tfmatcomp.sweep writes)")
     frames = []
     for run_name, values in info["runs"].items():
         for s in info["seeds"]:

@@ -368,8 +368,9 @@ class Trainer:
         if self.out_dir is None:
             return None
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        (self.out_dir / "run.json").write_text(json.dumps(self._run_info(), indent=2,
-                                                          sort_keys=True))
+        # replaced, never opened: a fifo or a symlink to a device there cannot block or leak
+        rundir.write_atomic(self.out_dir / "run.json", json.dumps(self._run_info(), indent=2,
+                                                                   sort_keys=True))
         return open(self.out_dir / METRICS_FILE, "a")
 
     def _run_info(self) -> dict[str, Any]:

@@ -284,6 +284,60 @@ def check_sum_dtype(name: str, dtype: Any) -> Any:
     return dtype
 
 
+#: Largest metrics log read (50,000 logged steps take about 20 MiB).
+MAX_LOG_BYTES = 1 << 30
+#: Largest JSON file of a run directory read (run.json, seeds.json, sweep.json, pretrained.json).
+MAX_JSON_BYTES = 64 << 20
+
+
+def read_bounded(name: str, path: Any, max_bytes: int, *, binary: bool = False) -> Any:
+    """The content of the file at ``path`` (text, or bytes with ``binary``) if it is a regular file
+    (after following symlinks) of at most ``max_bytes``; else ``ValueError`` naming ``name`` and
+    the file. A fifo, a device (``/dev/zero``) or a directory is refused before it is opened, so a
+    read can neither block nor run out of memory.
+
+    Example:
+        >>> read_bounded("log", "/dev/zero", 1 << 20)
+        Traceback (most recent call last):
+        ...
+        ValueError: log: /dev/zero is not a regular file (a fifo, device or directory); refused
+    """
+    import stat as stat_module
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ValueError(f"{name}: {path} cannot be read ({e.strerror})") from None
+    if not stat_module.S_ISREG(st.st_mode):
+        raise ValueError(f"{name}: {path} is not a regular file (a fifo, device or directory); "
+                         "refused")
+    if st.st_size > max_bytes:
+        raise ValueError(f"{name}: {path} holds {st.st_size:,} bytes, more than the "
+                         f"{max_bytes:,} read at most; refused")
+    with open(path, "rb") as f:
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{name}: {path} grew past {max_bytes:,} bytes while read; refused")
+    if binary:
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{name}: {path} is not UTF-8 text") from None
+
+
+def read_json_bounded(name: str, path: Any, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """:func:`read_bounded`, parsed as JSON; invalid JSON raises ``ValueError`` naming the file."""
+    import json
+
+    text = read_bounded(name, path, max_bytes)
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"{name}: {path} is not valid JSON ({e})") from None
+
+
 def check_finite(name: str, tensor: Any) -> Any:
     """``tensor`` if every entry is finite, else ``ValueError`` counting the NaN / inf entries.
 

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tfmatcomp.validation import read_json_bounded
 from tfmatcomp import pretrained
 from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info
 from tfmatcomp.dynamics import DropResult, detect_drop
@@ -83,7 +84,7 @@ class SeedGroup:
     @classmethod
     def load(cls, path: str | os.PathLike, column: str = "eval_L_mask") -> "SeedGroup":
         path = Path(path)
-        seeds = json.loads((path / GROUP_FILE).read_text())["seeds"]
+        seeds = read_json_bounded("seeds.json", path / GROUP_FILE)["seeds"]
         metrics = {int(s): read_metrics(seed_dir(path, s)) for s in seeds
                    if (seed_dir(path, s) / METRICS_FILE).exists()}
         if not metrics:
@@ -161,7 +162,7 @@ def find_group(run_dir: Path) -> Path | None:
         return run_dir.parent
     info = run_dir / "pretrained.json"
     if info.exists():
-        group = json.loads(info.read_text()).get("group")
+        group = read_json_bounded("pretrained.json", info).get("group")
         if group and (run_dir / group / GROUP_FILE).exists():
             return run_dir / group
     return None
@@ -249,7 +250,7 @@ def load_context(run: str | os.PathLike = "tiny", *, pre_step: int | None = None
     group_dir = find_group(run_dir)
     group = SeedGroup.load(group_dir) if group_dir is not None else None
     info_file = run_dir / "pretrained.json"
-    info = json.loads(info_file.read_text()) if info_file.exists() else None
+    info = read_json_bounded("pretrained.json", info_file) if info_file.exists() else None
     pre_step, post_step, note = choose_steps(checkpoints, drop, pre_step, post_step, info)
     pre, _ = load_checkpoint_info(checkpoints[pre_step], device=device)
     post, ckpt = load_checkpoint_info(checkpoints[post_step], device=device)

@@ -1,0 +1,80 @@
+"""Files a hostile or unlucky run directory holds (issue 26, bounded reads): fifos, symlinks to
+devices, huge sparse files and malformed JSON are refused with a message naming the file, before
+anything blocks, runs out of memory or hashes for hours."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import tfmatcomp as tm
+from tfmatcomp.rundir import run_configs
+from tfmatcomp.validation import read_bounded
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs fifos (POSIX)")
+
+
+@pytest.fixture
+def run(tmp_path):
+    out = tmp_path / "run"
+    tm.train("tiny", out_dir=out, n_steps=2, batch_size=4, log_every=1, progress=False)
+    return out
+
+
+def _replace(path, how):
+    path.unlink()
+    if how == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("how", ["fifo", "/dev/zero"])
+def test_metrics_log_that_is_not_a_file_is_refused(run, how):
+    _replace(run / "metrics.jsonl", how)
+    with pytest.raises(ValueError, match="metrics log: .* not a regular file"):
+        tm.read_metrics(run)
+    with pytest.raises(ValueError, match="not a regular file"):
+        tm.train("tiny", out_dir=run, n_steps=3, batch_size=4, resume=True, progress=False)
+
+
+@pytest.mark.parametrize("how", ["fifo", "/dev/zero"])
+def test_run_json_that_is_not_a_file_is_replaced_never_opened(run, how):
+    _replace(run / "run.json", how)
+    with pytest.raises(ValueError, match="run.json: .* not a regular file"):
+        run_configs(run)
+    result = tm.train("tiny", out_dir=run, n_steps=3, batch_size=4, resume=True, progress=False)
+    assert result.step == 3 and (run / "run.json").is_file() and not (run / "run.json").is_symlink()
+    assert json.loads((run / "run.json").read_text())["train"]["n_steps"] == 3
+
+
+def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
+    ckpt = max(tm.list_checkpoints(run).items())[1]
+    config = json.loads((ckpt / "config.json").read_text())
+    with open(ckpt / "big.bin", "wb") as f:
+        f.truncate(1 << 40)  # 1 TiB, sparse
+    config["files"]["big.bin"] = "0" * 64
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with pytest.raises(tm.CheckpointError, match="big.bin holds 1,099,511,627,776 bytes"):
+        tm.load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("content", ["[]", '{"runs": []}', "{not json"])
+def test_malformed_sweep_record_is_refused_naming_the_file(tmp_path, content):
+    (tmp_path / "sweep.json").write_text(content)
+    with pytest.raises(ValueError, match="sweep.json"):
+        tm.sweeps.read_sweep(tmp_path)
+
+
+def test_read_bounded_limits_size_and_refuses_devices(tmp_path):
+    f = tmp_path / "f.txt"
+    f.write_text("x" * 100)
+    assert read_bounded("f", f, 100) == "x" * 100
+    with pytest.raises(ValueError, match="holds 100 bytes, more than the 99"):
+        read_bounded("f", f, 99)
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_bounded("f", "/dev/zero", 10)
+    with pytest.raises(ValueError, match="cannot be read"):
+        read_bounded("f", tmp_path / "missing", 10)
