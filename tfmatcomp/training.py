@@ -51,6 +51,7 @@ from tfmatcomp.checkpoint import (
 )
 from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.data import MatrixBatch
+from tfmatcomp.datapath import inference_bf16
 from tfmatcomp.decoder import HookedDecoder
 from tfmatcomp import fast_step, gpt_task
 from tfmatcomp.metrics import losses, masked_mse
@@ -402,13 +403,17 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, batch_size: int | None = None) -> dict[str, float]:
-        """Losses on a fresh batch from the evaluation stream."""
+        """Losses on a fresh batch from the evaluation stream (float32; a fast run on a CPU runs
+        the forward pass under bf16 autocast, as :mod:`tfmatcomp.datapath` does for wide models)."""
         was_training = self.model.training
         self.model.eval()
         batch = self.task.sample(batch_size or self.train_cfg.eval_batch_size,
                                  generator=self.eval_gen, device=self.device)
         tokens = self.model_tokens(batch)
-        out = {k: v.item() for k, v in self.batch_metrics(self.model(tokens), batch, tokens).items()}
+        bf16 = self.fast and self.device.type == "cpu" and inference_bf16(self.model)
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+            output = self.model(tokens)
+        out = {k: v.item() for k, v in self.batch_metrics(output.float(), batch, tokens).items()}
         if self.is_decoder:
             out.update(gpt_task.generation_metrics(self.model, batch))
         self.model.train(was_training)
