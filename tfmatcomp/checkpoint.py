@@ -259,6 +259,9 @@ def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
     """The most bytes one file of this checkpoint can hold: its weights and Adam's two moments in
     float64, plus 64 MiB for headers, random-number states and the JSON files."""
     kind = config.get("kind", "encoder")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        raise CheckpointError(f"path: {path / 'config.json'} has kind {kind!r}; expected one of "
+                              f"{sorted(_KINDS)}")
     try:
         cfg = _KINDS[kind][0].from_dict(config["model"])
     except (KeyError, TypeError, ValueError) as e:
