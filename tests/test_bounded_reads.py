@@ -78,3 +78,37 @@ def test_read_bounded_limits_size_and_refuses_devices(tmp_path):
         read_bounded("f", "/dev/zero", 10)
     with pytest.raises(ValueError, match="cannot be read"):
         read_bounded("f", tmp_path / "missing", 10)
+
+
+def _edit_state(ckpt, edit):
+    """Edit a checkpoint's state.json and recompute its digest (as a hand edit would)."""
+    import hashlib
+
+    state = json.loads((ckpt / "state.json").read_text())
+    edit(state)
+    (ckpt / "state.json").write_text(json.dumps(state))
+    config = json.loads((ckpt / "config.json").read_text())
+    config["files"]["state.json"] = hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()
+    (ckpt / "config.json").write_text(json.dumps(config))
+
+
+def test_a_state_whose_step_is_not_its_checkpoints_is_refused_and_nothing_is_deleted(tmp_path):
+    out = tmp_path / "run"
+    tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, checkpoint_every=3,
+             progress=False)
+    ckpt = tm.list_checkpoints(out)[6]
+    _edit_state(ckpt, lambda s: s.update(step=2))
+    with pytest.raises(tm.rundir.RunDirError, match="says step 2 but the checkpoint is step 6"):
+        tm.train("tiny", out_dir=out, n_steps=8, batch_size=4, log_every=2, checkpoint_every=3,
+                 resume=True, progress=False)
+    assert sorted(tm.list_checkpoints(out)) == [3, 6]
+
+
+def test_a_state_with_another_learning_rate_is_refused(tmp_path):
+    out = tmp_path / "run"
+    tm.train("tiny", out_dir=out, n_steps=4, batch_size=4, log_every=2, progress=False)
+    ckpt = tm.list_checkpoints(out)[4]
+    _edit_state(ckpt, lambda s: [g.update(lr=100.0) for g in s["param_groups"]])
+    with pytest.raises(tm.ConfigMismatchError, match="lr: .* records Adam lr 100.0"):
+        tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
+                 progress=False)

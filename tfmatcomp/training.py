@@ -304,7 +304,7 @@ class Trainer:
                 problems.append(f"{path.name} has no training state")
                 continue
             try:
-                self._restore(path)
+                self._restore(path, step)
             except ConfigMismatchError:
                 raise
             except CheckpointError as e:
@@ -323,16 +323,45 @@ class Trainer:
         self._restart()
         return False
 
-    def _restore(self, path: Path) -> None:
-        """Load the checkpoint at ``path`` with its training state and cut the run back to it."""
+    def _restore(self, path: Path, step: int | None = None) -> None:
+        """Load the checkpoint at ``path`` (named for ``step``) with its training state and cut the
+        run back to it."""
         model, info = load_checkpoint_info(path, config=self.model_cfg)
         tensors, state = load_training_state(path)
         self._check_same_run(info.task_cfg, info.train_cfg, f"checkpoint {path}")
+        self._check_state(path, step if step is not None else info.step, state)
         with torch.no_grad():
             for p, q in zip(self.model.parameters(), model.parameters()):
                 p.copy_(q)
         self.load_training_state(tensors, state)
         self.records = rundir.cut_back(self.out_dir, self.step)
+
+    def _check_state(self, path: Path, step: int | None, state: dict[str, Any]) -> None:
+        """Refuse a training state that disagrees with its checkpoint's step or with this run's
+        optimizer settings, before anything is changed or deleted.
+
+        Raises:
+            RunDirError: ``state.json``'s step is not the checkpoint's.
+            ConfigMismatchError: its learning rate or Adam settings are not this run's.
+        """
+        saved = state.get("step")
+        if not isinstance(saved, int) or isinstance(saved, bool) or (step is not None and saved != step):
+            raise RunDirError(f"out_dir: {path / 'state.json'} says step {saved!r} but the checkpoint "
+                              f"is step {step}; refusing to resume from it (nothing was removed)")
+        groups = state.get("param_groups")
+        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
+            raise RunDirError(f"out_dir: {path / 'state.json'} holds {type(groups).__name__} "
+                              f"param_groups; expected {len(self.optimizer.param_groups)}")
+        for group, ours in zip(groups, self.optimizer.param_groups):
+            for key in ("lr", "betas", "eps", "weight_decay", "amsgrad"):
+                theirs = group.get(key) if isinstance(group, dict) else None
+                mine = ours[key]
+                if (list(theirs) if isinstance(theirs, (list, tuple)) else theirs) != (
+                        list(mine) if isinstance(mine, tuple) else mine):
+                    raise ConfigMismatchError(
+                        f"{'lr' if key == 'lr' else 'optimizer'}: {path / 'state.json'} records "
+                        f"Adam {key} {theirs!r}, this run has {mine!r}; resuming would not continue "
+                        "the same trajectory")
 
     def _restart(self) -> None:
         """Resume at step 0: the directory holds at most the start of this very run."""
