@@ -123,3 +123,24 @@ def test_half_precision_sums_are_refused():
     h = torch.randn(3, 4, 2)
     with pytest.raises(ValueError, match="sums accumulate in torch.float32 or torch.float64"):
         decompose(h, dtype=torch.float16)
+
+
+def test_cli_turns_an_unexpected_error_into_one_line(monkeypatch, capsys):
+    from tfmatcomp import cli
+
+    def boom(args):
+        raise KeyError("rng.train")
+
+    monkeypatch.setitem(cli._COMMANDS, "presets", (lambda p: None, boom))
+    assert cli.main(["presets"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KeyError: 'rng.train'" in err and "--debug" in err
+    with pytest.raises(KeyError):
+        cli.main(["--debug", "presets"])
+
+
+def test_cli_grid_refuses_infinite_numbers(tmp_path, capsys):
+    from tfmatcomp.cli import main
+
+    assert main(["sweep", "--out", str(tmp_path), "--grid", "d_model=1e400"]) == 2
+    assert "--grid: '1e400' is not a finite number" in capsys.readouterr().err

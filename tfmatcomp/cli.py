@@ -14,6 +14,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Callable
 
@@ -331,9 +332,12 @@ def _grid_value(text: str):
         return {"true": True, "false": False, "none": None}[low]
     for kind in (int, float):
         try:
-            return kind(text)
+            value = kind(text)
         except ValueError:
-            pass
+            continue
+        if kind is float and not math.isfinite(value):
+            raise ValueError(f"--grid: {text.strip()!r} is not a finite number")
+        return value
     return text.strip()
 
 
@@ -411,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command. A user error (a bad value, an unusable path or device, a checkpoint that
-    cannot be loaded) prints one line and returns 2; ``--debug`` shows the traceback instead."""
+    cannot be loaded) prints one line and returns 2; any other error prints one line naming its
+    type and returns 1; ``--debug`` shows the traceback instead."""
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -420,12 +425,20 @@ def main(argv: list[str] | None = None) -> int:
 
             check_device("--device", args.device)
         return args._run(args)
-    except (ValueError, OSError) as e:  # user errors; anything else is a bug and shows its traceback
+    except (ValueError, OSError) as e:  # user errors: one line naming the argument or file
         if args.debug:
             raise
         message = " ".join(str(e).split()) or type(e).__name__
         print(f"tfmatcomp {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except Exception as e:  # anything else: still one line; --debug shows the traceback
+        if args.debug:
+            raise
+        message = " ".join(str(e).split())
+        print(f"tfmatcomp {args.command}: error: {type(e).__name__}"
+              f"{': ' + message if message else ''} (an unexpected error: run again with --debug "
+              "for the traceback, and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
