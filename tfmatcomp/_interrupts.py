@@ -49,7 +49,7 @@ import threading
 from types import FrameType
 from typing import Any, Callable
 
-__all__ = ["Undoable"]
+__all__ = ["Undoable", "UndoError", "undo_all"]
 
 #: the signals a Python handler can be installed for (SIGKILL and SIGSTOP cannot have one)
 _SIGNALS = tuple(sorted(set(signal.valid_signals()) - {getattr(signal, "SIGKILL", None),
@@ -130,6 +130,46 @@ def _release_and_deliver(outermost: bool) -> None:
     finally:
         if outermost:
             _deliver()
+
+
+class UndoError(RuntimeError):
+    """Some steps of an undo raised; every other step was still done. ``failed`` lists
+    ``(what, exception)`` for the steps that could not be done."""
+
+    def __init__(self, failed: list[tuple[str, BaseException]]):
+        self.failed = failed
+        super().__init__("could not restore " + "; ".join(
+            f"{what} ({type(e).__name__}: {e})" for what, e in failed))
+
+
+def undo_all(steps: list[tuple[str, Callable[[], Any]]]) -> None:
+    """Run every ``(what, step)`` of an undo even when some raise, then raise one
+    :class:`UndoError` naming what could not be restored (a ``KeyboardInterrupt`` in a step is
+    re-raised after the remaining steps ran).
+
+    Example:
+        >>> done = []
+        >>> undo_all([("a", lambda: done.append("a")), ("b", lambda: 1 / 0),
+        ...           ("c", lambda: done.append("c"))])
+        Traceback (most recent call last):
+        ...
+        tfmatcomp._interrupts.UndoError: could not restore b (ZeroDivisionError: division by zero)
+        >>> done
+        ['a', 'c']
+    """
+    failed: list[tuple[str, BaseException]] = []
+    interrupt: BaseException | None = None
+    for what, step in steps:
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001 - collected and raised once every step ran
+            failed.append((what, e))
+        except BaseException as e:  # noqa: BLE001 - KeyboardInterrupt: finish the undo first
+            interrupt = interrupt or e
+    if interrupt is not None:
+        raise interrupt
+    if failed:
+        raise UndoError(failed)
 
 
 class Undoable:

@@ -23,7 +23,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
-from tfmatcomp._interrupts import Undoable
+from tfmatcomp._interrupts import Undoable, undo_all
 from tfmatcomp.validation import check_seed
 
 __all__ = ["HookedBase", "UnknownHookError"]
@@ -54,13 +54,24 @@ class _HookContext(Undoable):
     def _undo(self) -> None:
         if self.level is None:
             return
+        level, model = self.level, self.model
+        steps = []
         if self.reset_hooks_end:
-            self.model.reset_hooks(self.clear_contexts, including_permanent=False, level=self.level)
-        for _, fn in self.fwd + self.bwd:
-            if callable(getattr(fn, "release", None)):
-                fn.release()
-        self.model.context_level = self.level - 1
+            def reset() -> None:
+                try:
+                    model.reset_hooks(self.clear_contexts, including_permanent=False, level=level)
+                except Exception:  # fall back to each hook point, so that none keeps a hook
+                    undo_all([(f"the hooks at {name}", lambda hp=hp: hp.remove_hooks(
+                        "both", including_permanent=False, level=level))
+                        for name, hp in model.hook_dict.items()])
+            steps.append(("the hooks added", reset))
+        steps += [(f"the hook {getattr(fn, '__name__', fn)!r}", fn.release)
+                  for _, fn in self.fwd + self.bwd if callable(getattr(fn, "release", None))]
         self.level = None
+        try:
+            undo_all(steps)
+        finally:
+            model.context_level = level - 1
 
 
 

@@ -72,7 +72,7 @@ from typing import Any, ClassVar, Iterable, Mapping
 from jaxtyping import Int
 from torch import Tensor
 
-from tfmatcomp._interrupts import Undoable
+from tfmatcomp._interrupts import Undoable, undo_all
 from tfmatcomp.interventions.hook_fn import FwdHook, HookFn, order_hooks
 from tfmatcomp.interventions.serialize import from_dict, register_kind
 from tfmatcomp.interventions.weights import (assigned_parameters, checked_edits,
@@ -370,9 +370,8 @@ class AppliedContext(Undoable):
         return model
 
     def _undo(self) -> None:
-        for step in reversed(self.steps):
-            step._undo()
-        self.steps = []
+        steps, self.steps = list(reversed(self.steps)), []
+        undo_all([(type(step).__name__, step._undo) for step in steps])
 
 
 def compose(*interventions: Intervention | Iterable[Intervention]) -> Composition:

@@ -47,7 +47,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor
 
-from tfmatcomp._interrupts import Undoable
+from tfmatcomp._interrupts import Undoable, undo_all
 from tfmatcomp.interventions.hook_fn import FwdHook, HookFn
 
 __all__ = ["parameter_override_hooks", "assigned_parameters", "checked_edits", "lookup_ids"]
@@ -102,8 +102,12 @@ class _ParameterSwap(Undoable):
         return self.model
 
     def _undo(self) -> None:
-        for param, original in self.saved:
+        def restore(param, original) -> None:
             param.data = original
+
+        saved, self.saved = self.saved, []
+        undo_all([(f"a parameter of shape {tuple(original.shape)}",
+                   lambda p=param, o=original: restore(p, o)) for param, original in saved])
 
 
 def assigned_parameters(model, edits: Mapping[str, Tensor], who: str = "overrides") -> _ParameterSwap:
