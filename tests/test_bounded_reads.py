@@ -112,3 +112,12 @@ def test_a_state_with_another_learning_rate_is_refused(tmp_path):
     with pytest.raises(tm.ConfigMismatchError, match="lr: .* records Adam lr 100.0"):
         tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
                  progress=False)
+
+
+def test_checkpoint_metadata_must_be_an_object(run):
+    ckpt = max(tm.list_checkpoints(run).items())[1]
+    config = json.loads((ckpt / "config.json").read_text())
+    config["metadata"] = [1, 2]
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with pytest.raises(tm.CheckpointError, match="'metadata' of type list"):
+        tm.load_checkpoint(ckpt)

@@ -361,6 +361,10 @@ def load_checkpoint_info(
         train_cfg = TrainConfig.from_dict(raw["train"]) if raw.get("train") else None
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
+    metadata = raw.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"path: {path / 'config.json'} has 'metadata' of type "
+                              f"{type(metadata).__name__}; expected a JSON object")
     step = raw.get("step")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
         raise CheckpointError(f"path: {path / 'config.json'} has step {step!r}; expected an "
@@ -381,7 +385,7 @@ def load_checkpoint_info(
     if device is not None:
         model = model.to(device)
     info = CheckpointInfo(path=path, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
-                          step=step, metadata=raw.get("metadata") or {})
+                          step=step, metadata=metadata)
     return model.eval(), info
 
 
