@@ -144,3 +144,9 @@ def test_cli_grid_refuses_infinite_numbers(tmp_path, capsys):
 
     assert main(["sweep", "--out", str(tmp_path), "--grid", "d_model=1e400"]) == 2
     assert "--grid: '1e400' is not a finite number" in capsys.readouterr().err
+
+
+def test_hook_entries_must_be_name_function_pairs(tiny_model, batch4):
+    with pytest.raises(ValueError, match=r"fwd_hooks: each entry must be a \(hook name, function\) pair"):
+        tiny_model.run_with_hooks(batch4.tokens, fwd_hooks=[("blocks.0.hook_resid_pre",)])
+    assert tiny_model.active_hook_count() == 0

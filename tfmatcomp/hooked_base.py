@@ -37,6 +37,11 @@ class _HookContext(Undoable):
 
     def __init__(self, model, fwd_hooks, bwd_hooks, reset_hooks_end, clear_contexts):
         self.model, self.fwd, self.bwd = model, list(fwd_hooks), list(bwd_hooks)
+        for what, pairs in (("fwd_hooks", self.fwd), ("bwd_hooks", self.bwd)):
+            for pair in pairs:
+                if not (isinstance(pair, (tuple, list)) and len(pair) == 2 and callable(pair[1])):
+                    raise ValueError(f"{what}: each entry must be a (hook name, function) pair, "
+                                     f"got {pair!r}")
         self.reset_hooks_end, self.clear_contexts = reset_hooks_end, clear_contexts
         self.level: int | None = None
 
