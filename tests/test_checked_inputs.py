@@ -150,3 +150,12 @@ def test_hook_entries_must_be_name_function_pairs(tiny_model, batch4):
     with pytest.raises(ValueError, match=r"fwd_hooks: each entry must be a \(hook name, function\) pair"):
         tiny_model.run_with_hooks(batch4.tokens, fwd_hooks=[("blocks.0.hook_resid_pre",)])
     assert tiny_model.active_hook_count() == 0
+
+
+def test_positional_permutation_sizes_are_checked_before_drawing(tiny_model):
+    from tfmatcomp.interventions import PositionalPermutation
+
+    with pytest.raises(ValueError, match="n_positions: at most 1,000,000"):
+        PositionalPermutation(seed=0, n_positions=10**9)
+    with pytest.raises(ValueError, match="n_positions: 17 is more than the model's 16 positions"):
+        PositionalPermutation(seed=0, n_positions=17).permutation(tiny_model)

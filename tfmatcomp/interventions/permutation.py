@@ -36,6 +36,9 @@ from tfmatcomp.validation import check_int_list, check_positive_int, check_seed
 __all__ = ["PositionalPermutation"]
 
 
+#: The most positions a seeded permutation may have (checked before it is drawn).
+MAX_POSITIONS = 1_000_000
+
 class PositionalPermutation(Intervention):
     """Permute the positional embeddings: position ``perm[i]`` gets the embedding of position ``i``.
 
@@ -72,6 +75,9 @@ class PositionalPermutation(Intervention):
             self._perm = None
         self.seed = seed
         self.n_positions = check_positive_int("n_positions", n_positions, allow_none=True)
+        if n_positions is not None and n_positions > MAX_POSITIONS:
+            raise ValueError(f"n_positions: at most {MAX_POSITIONS:,} (a model's positions), got "
+                             f"{n_positions:,}")
 
     def _to_data(self) -> dict[str, Any]:
         if self._perm is not None:
@@ -88,6 +94,9 @@ class PositionalPermutation(Intervention):
             if model is None:
                 raise ValueError("model: needed to size a seeded permutation without n_positions")
             k = model.cfg.n_ctx
+        elif model is not None and k > model.cfg.n_ctx:  # checked before the permutation is drawn
+            raise ValueError(f"n_positions: {k} is more than the model's {model.cfg.n_ctx} "
+                             "positions (n_ctx)")
         return torch.randperm(k, generator=torch.Generator().manual_seed(int(self.seed)))
 
     def describe(self) -> str:
