@@ -121,3 +121,14 @@ def test_checkpoint_metadata_must_be_an_object(run):
     (ckpt / "config.json").write_text(json.dumps(config))
     with pytest.raises(tm.CheckpointError, match="'metadata' of type list"):
         tm.load_checkpoint(ckpt)
+
+
+def test_a_5000_digit_size_in_a_checkpoint_is_a_checkpoint_error(run):
+    ckpt = max(tm.list_checkpoints(run).items())[1]
+    text = (ckpt / "config.json").read_text()
+    config = json.loads(text)
+    config["model"]["d_model"] = 12345
+    text = json.dumps(config).replace("12345", "9" * 5000)
+    (ckpt / "config.json").write_text(text)
+    with pytest.raises(tm.CheckpointError, match="config.json is not valid JSON"):
+        tm.load_checkpoint(ckpt)

@@ -97,7 +97,7 @@ def _read_json(directory: Path, name: str) -> Any:
         raise CheckpointError(f"path: {file} is larger than {_MAX_JSON_BYTES >> 20} MiB; refused")
     try:
         return json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JSON errors, and ints past Python's digit limit
         raise CheckpointError(f"path: {file} is not valid JSON ({e})") from None
 
 

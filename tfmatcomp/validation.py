@@ -334,7 +334,7 @@ def read_json_bounded(name: str, path: Any, max_bytes: int = MAX_JSON_BYTES) -> 
     text = read_bounded(name, path, max_bytes)
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JSON errors, and ints past Python's digit limit
         raise ValueError(f"{name}: {path} is not valid JSON ({e})") from None
 
 
