@@ -159,3 +159,12 @@ def test_positional_permutation_sizes_are_checked_before_drawing(tiny_model):
         PositionalPermutation(seed=0, n_positions=10**9)
     with pytest.raises(ValueError, match="n_positions: 17 is more than the model's 16 positions"):
         PositionalPermutation(seed=0, n_positions=17).permutation(tiny_model)
+
+
+def test_geometry_positions_too_few_for_the_dropped_tokens_name_positions(tmp_path, capsys):
+    from tfmatcomp.cli import main
+
+    code = main(["geometry", str(tmp_path / "no-model"), str(tmp_path / "no-text"), "--positions",
+                 "2", "-o", str(tmp_path / "g.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and "n_positions (--positions): must be at least drop_first + 3 = 4" in err

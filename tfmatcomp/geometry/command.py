@@ -318,6 +318,11 @@ def run_geometry(
                     ("n_second", n_second), ("batch_size", batch_size)):
         check_positive_int(name, v)
     check_seed("seed", seed)
+    check_int_in_range("drop_first", drop_first, 0, 10**6)
+    if n_positions < drop_first + 3:
+        raise ValueError(f"n_positions (--positions): must be at least drop_first + 3 = "
+                         f"{drop_first + 3} (the decomposition needs 3 positions after the "
+                         f"{drop_first} dropped), got {n_positions}")
     keys = list(SECTIONS) if sections is None else list(sections)
     unknown = [k for k in keys if k not in SECTIONS]
     if unknown:
@@ -326,7 +331,6 @@ def run_geometry(
     max_pos = _max_positions(gm)
     if max_pos is not None and n_positions > max_pos:
         raise ValueError(f"n_positions: the model takes at most {max_pos} positions, got {n_positions}")
-    check_int_in_range("drop_first", drop_first, 0, n_positions - 3)
     check_int_in_range("head", head, 0, gm.n_heads - 1)
     layer = gm.n_layers // 2 if layer is None else check_int_in_range("layer", layer, 0, gm.n_layers - 1)
     with writable_output("out", out) as out_path:
