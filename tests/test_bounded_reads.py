@@ -132,3 +132,23 @@ def test_a_5000_digit_size_in_a_checkpoint_is_a_checkpoint_error(run):
     (ckpt / "config.json").write_text(text)
     with pytest.raises(tm.CheckpointError, match="config.json is not valid JSON"):
         tm.load_checkpoint(ckpt)
+
+
+def test_training_state_without_its_generators_is_named_not_a_key_error(tmp_path):
+    import hashlib
+
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "run"
+    tm.train("tiny", out_dir=out, n_steps=4, batch_size=4, log_every=2, progress=False)
+    ckpt = tm.list_checkpoints(out)[4]
+    tensors = load_file(ckpt / "state.safetensors")
+    del tensors["rng.train"]
+    save_file(tensors, ckpt / "state.safetensors")
+    config = json.loads((ckpt / "config.json").read_text())
+    config["files"]["state.safetensors"] = hashlib.sha256(
+        (ckpt / "state.safetensors").read_bytes()).hexdigest()
+    (ckpt / "config.json").write_text(json.dumps(config))
+    with pytest.raises(tm.rundir.RunDirError, match=r"without \['rng.train'\]"):
+        tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
+                 progress=False)

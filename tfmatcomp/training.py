@@ -330,10 +330,18 @@ class Trainer:
         tensors, state = load_training_state(path)
         self._check_same_run(info.task_cfg, info.train_cfg, f"checkpoint {path}")
         self._check_state(path, step if step is not None else info.step, state)
+        missing = [k for k in ("rng.train", "rng.eval") if k not in tensors]
+        if missing:
+            raise CheckpointError(f"path: {path} has training state without {missing}; it cannot "
+                                  "be resumed exactly")
         with torch.no_grad():
             for p, q in zip(self.model.parameters(), model.parameters()):
                 p.copy_(q)
-        self.load_training_state(tensors, state)
+        try:
+            self.load_training_state(tensors, state)
+        except (KeyError, TypeError, RuntimeError) as e:
+            raise CheckpointError(f"path: {path} has unusable training state "
+                                  f"({type(e).__name__}: {e})") from None
         self.records = rundir.cut_back(self.out_dir, self.step)
 
     def _check_state(self, path: Path, step: int | None, state: dict[str, Any]) -> None:
