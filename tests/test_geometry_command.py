@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +170,17 @@ def test_cli_geometry_end_to_end_and_in_a_headless_browser(tmp_path, corpus):
     assert not [line for line in proc.stderr.splitlines()
                 if "CONSOLE" in line and re.search(r"Uncaught|Error", line)]
     assert proc.stdout.count('class="main-svg"') >= out.read_text().count('class="plotly-graph-div"')
+
+
+def test_a_pickled_bert_checkpoint_is_refused_naming_the_directory(tmp_path):
+    import pickle
+
+    from tfmatcomp.geometry.models import load_geometry_model
+
+    out = _save_model("bert", tmp_path / "bert")
+    for f in Path(out).glob("*.safetensors"):
+        f.unlink()
+    with open(Path(out) / "pytorch_model.bin", "wb") as f:
+        pickle.dump({"not": "weights"}, f)
+    with pytest.raises(ValueError, match="model_dir: the weights in .* cannot be loaded"):
+        load_geometry_model(out)

@@ -373,6 +373,18 @@ def _load_checkpoint_model(p: Path, adapter: str) -> tuple[GeometryModel, Any]:
     return DecoderGeometry(model.eval(), family=str(info.metadata.get("family", "decoder"))), tokenizer
 
 
+def _from_pretrained(cls, path: Path, **kwargs):
+    """``cls.from_pretrained(path)`` offline; weights that cannot be read safely (a pickled
+    ``pytorch_model.bin`` that torch refuses, a missing or broken file) are a ``ValueError``
+    naming the directory, not the loader's traceback."""
+    try:
+        return cls.from_pretrained(path, local_files_only=True, **kwargs)
+    except Exception as err:  # transformers / torch raise OSError, UnpicklingError, ... here
+        raise ValueError(f"model_dir: the weights in {str(path)!r} cannot be loaded "
+                         f"({type(err).__name__}: {' '.join(str(err).split())[:300]}); give a "
+                         "directory with model.safetensors") from None
+
+
 def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device | None = None,
                         adapter: str = "auto") -> tuple[GeometryModel, Any]:
     """``(GeometryModel, tokenizer)`` from a local model (nothing downloads).
@@ -420,12 +432,12 @@ def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device
         if adapter == "hooks":
             raise ValueError("adapter: BERT is always read as a converted HookedEncoder; use 'auto' "
                              "or 'hooked'")
-        bert = BertModel.from_pretrained(p, local_files_only=True, add_pooling_layer=False)
+        bert = _from_pretrained(BertModel, p, add_pooling_layer=False)
         gm: GeometryModel = EncoderGeometry(from_hf(bert.eval()))
     elif cfg.model_type == "gpt2":
         from transformers import GPT2Model
 
-        gpt2 = GPT2Model.from_pretrained(p, local_files_only=True).eval()
+        gpt2 = _from_pretrained(GPT2Model, p).eval()
         if adapter == "hooked":
             from tfmatcomp.decoder import HookedDecoder
 
