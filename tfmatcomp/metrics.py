@@ -45,7 +45,11 @@ def masked_mse(
 
 def losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch) -> dict[str, Tensor]:
     """``L``, ``L_obs``, ``L_mask`` against the rounded targets, and the mean ``|prediction|`` at
-    masked entries (0 means the model copies MASK as 0)."""
+    masked entries (0 means the model copies MASK as 0).
+
+    The values are tensors that keep the predictions' graph, so ``losses(model(t), b)["L_mask"]
+    .backward()`` gives gradients for attribution; :func:`tfmatcomp.datapath.loss_values` returns
+    the same numbers as plain floats for tables."""
     return {
         "L": masked_mse(predictions, batch.values),
         "L_obs": masked_mse(predictions, batch.values, batch.observed),
