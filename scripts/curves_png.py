@@ -26,12 +26,15 @@ def main() -> None:
     ap.add_argument("--title", default="")
     ap.add_argument("--linear", action="store_true", help="linear y axis (default: log)")
     ap.add_argument("--smooth", type=int, default=5, help="rolling-median window (1: none)")
+    ap.add_argument("--max-step", type=int, help="draw the logs up to this step only")
     args = ap.parse_args()
     labels = args.labels.split(",") if args.labels else [r.rstrip("/").split("/")[-1] for r in args.runs]
     columns = args.columns.split(",")
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=100)
     for run, label in zip(args.runs, labels):
         m = tm.read_metrics(run)
+        if args.max_step is not None:
+            m = m[m["step"] <= args.max_step]
         for col in columns:
             y = m[col].rolling(args.smooth, center=True, min_periods=1).median()
             name = label if len(columns) == 1 else (f"{label} {col}" if len(args.runs) > 1 else col)
