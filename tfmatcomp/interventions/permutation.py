@@ -19,7 +19,7 @@ Example:
     >>> new = perm.weight_edits(model)["embed.W_pos"]
     >>> torch.equal(new[2], model.W_pos[0]), torch.equal(new[0], model.W_pos[1])
     (True, True)
-    >>> PositionalPermutation(seed=0, n_positions=16).permutation(model).shape
+    >>> PositionalPermutation(seed=0, n_positions=16).permutation().shape  # sized without a model
     torch.Size([16])
 """
 
