@@ -74,3 +74,34 @@ def test_screenot_default_k_fits_a_small_model():
     assert result.rank == screenot(pos, k=7).rank == 3
     big = torch.randn(60, 50, generator=g, dtype=torch.float64)
     assert screenot(big).k == 20
+
+
+def test_transformer_lens_patching_helpers_run_and_agree_with_our_patch():
+    from transformer_lens import patching
+
+    from tfmatcomp.interventions import ActivationPatch
+
+    model = tm.load_pretrained("tiny", step="post")
+    assert model.cfg.device == torch.device("cpu") and model.cfg.n_key_value_heads is None
+    assert model.cfg == tm.get_preset("tiny").model  # the per-model copy is equal to the preset's
+    batch = model.task_cfg.build().sample(4, generator=torch.Generator().manual_seed(0))
+    corrupted = batch.negated()
+    _, clean_cache = model.run_with_cache(batch.tokens)
+
+    def metric(predictions):
+        return predictions[batch.masked].mean()
+
+    table = patching.get_act_patch_attn_head_out_by_pos(model, corrupted.tokens, clean_cache, metric)
+    assert table.shape == (model.cfg.n_layers, batch.tokens.shape[1], model.cfg.n_heads)
+    for layer, pos, head in [(0, 3, 1), (1, 0, 2), (1, 7, 3)]:
+        patch = ActivationPatch(clean_cache, hooks=["attn.hook_z"], layers=[layer], heads=[head],
+                                positions=[pos])
+        with torch.no_grad(), patch.applied(model):
+            ours = metric(model(corrupted.tokens))
+        torch.testing.assert_close(table[layer, pos, head], ours, rtol=1e-5, atol=1e-6)
+    assert tm.HookedEncoder(model.cfg).to("meta").cfg.device == torch.device("meta")
+    assert model.cfg.device == torch.device("cpu")  # each model its own copy
+    for name in ("get_act_patch_resid_pre", "get_act_patch_attn_out", "get_act_patch_mlp_out",
+                 "get_act_patch_attn_head_out_all_pos", "get_act_patch_attn_head_pattern_by_pos"):
+        assert torch.isfinite(getattr(patching, name)(model, corrupted.tokens, clean_cache,
+                                                      metric)).all(), name

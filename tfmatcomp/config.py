@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tfmatcomp.validation import (
     check_bool,
@@ -72,6 +72,11 @@ class EncoderConfig:
     layer_norm_eps: float = 1e-12
     init_range: float = 0.02
     act_fn: str = "gelu"
+
+    #: TransformerLens's ``cfg.device`` and ``cfg.n_key_value_heads`` (read by its patching
+    #: helpers): not fields, never serialized; a model's own config copy holds its device.
+    device: ClassVar[Any] = None
+    n_key_value_heads: ClassVar[int | None] = None
 
     def __post_init__(self) -> None:
         check_positive_int("d_out", self.d_out)
@@ -123,6 +128,10 @@ class DecoderConfig:
     layer_norm_eps: float = 1e-5
     init_range: float = 0.02
     act_fn: str = "gelu_new"
+
+    #: as on :class:`EncoderConfig`: TransformerLens's ``cfg.device`` / ``n_key_value_heads``
+    device: ClassVar[Any] = None
+    n_key_value_heads: ClassVar[int | None] = None
 
     def __post_init__(self) -> None:
         _check_shape(self)

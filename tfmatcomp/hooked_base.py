@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 from typing import Any, Callable, Iterator
 
@@ -97,7 +98,10 @@ class HookedBase(HookedRootModule):
             raise TypeError(f"cfg: expected {'an' if name[0] in 'AEIOU' else 'a'} {name}, got "
                             f"{type(cfg).__name__}")
         check_seed("seed", seed)
-        self.cfg = cfg
+        # the model's own copy (equal to ``cfg``): it records the model's device for
+        # TransformerLens's tools, which read ``model.cfg.device``
+        self.cfg = dataclasses.replace(cfg)
+        object.__setattr__(self.cfg, "device", torch.device("cpu"))
         #: the task the model was trained on, when known (set by ``load_checkpoint``,
         #: ``load_pretrained`` and the trainer): analyses use it when given no task
         self.task_cfg = None
@@ -265,6 +269,14 @@ class HookedBase(HookedRootModule):
     @property
     def device(self) -> torch.device:
         return self.embed.W_E.device
+
+    def _apply(self, fn, recurse: bool = True):
+        """``nn.Module._apply`` (behind ``.to``, ``.cuda``, ``.half``), then ``cfg.device`` set to
+        where the weights now are."""
+        out = super()._apply(fn, recurse)
+        if getattr(self, "embed", None) is not None:
+            object.__setattr__(self.cfg, "device", self.embed.W_E.device)
+        return out
 
     @property
     def dtype(self) -> torch.dtype:
