@@ -9,6 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 import torch
 
 import tfmatcomp as tm
@@ -105,3 +106,28 @@ def test_transformer_lens_patching_helpers_run_and_agree_with_our_patch():
                  "get_act_patch_attn_head_out_all_pos", "get_act_patch_attn_head_pattern_by_pos"):
         assert torch.isfinite(getattr(patching, name)(model, corrupted.tokens, clean_cache,
                                                       metric)).all(), name
+
+
+def test_run_with_cache_incl_bwd_caches_the_gradients_of_the_papers_loss():
+    model = tm.HookedEncoder(tm.get_preset("tiny").model, seed=0)
+    batch = tm.get_preset("tiny").task.build().sample(4, generator=torch.Generator().manual_seed(0))
+    loss, cache = model.run_with_cache(batch.tokens, return_type="loss", values=batch.values,
+                                       incl_bwd=True)
+    torch.testing.assert_close(loss, tm.masked_mse(model(batch.tokens), batch.values))
+    name = "blocks.1.hook_resid_pre"
+    seen = {}
+
+    def keep(act, hook):
+        act.retain_grad()
+        seen["act"] = act
+
+    model.zero_grad()
+    with model.unfused():  # run_with_cache watched every hook: the explicit path, as here
+        out = model.run_with_hooks(batch.tokens, fwd_hooks=[(name, keep)], return_type="loss",
+                                   values=batch.values)
+    out.backward()
+    torch.testing.assert_close(cache[name + "_grad"], seen["act"].grad, rtol=1e-4, atol=1e-7)
+    with pytest.raises(ValueError, match="values: give the matrices' values"):
+        model(batch.tokens, return_type="loss")
+    with pytest.raises(ValueError, match="values: expected shape"):
+        model(batch.tokens, return_type="loss", values=batch.values[:, :3])

@@ -32,11 +32,12 @@ from tfmatcomp.components import BertBlock, BertEmbed, Readout
 from tfmatcomp.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
 from tfmatcomp.hooked_base import HookedBase, UnknownHookError
+from tfmatcomp.metrics import masked_mse
 from tfmatcomp.validation import check_choice
 
 __all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
 
-RETURN_TYPES = ("predictions", "hidden", None)
+RETURN_TYPES = ("predictions", "hidden", "loss", None)
 
 
 class HookedEncoder(HookedBase):
@@ -121,8 +122,9 @@ class HookedEncoder(HookedBase):
         tokens: Int[Tensor, "batch pos"],
         token_type_ids: Int[Tensor, "batch pos"] | None = None,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
-        return_type: Literal["predictions", "hidden", None] = "predictions",
-    ) -> Float[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] | None:
+        return_type: Literal["predictions", "hidden", "loss", None] = "predictions",
+        values: Float[Tensor, "batch pos"] | None = None,
+    ) -> Float[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] | Float[Tensor, ""] | None:
         """Run the encoder.
 
         Args:
@@ -130,12 +132,31 @@ class HookedEncoder(HookedBase):
             token_type_ids: segment ids (only when the config has token-type embeddings).
             attention_mask: 1 for real tokens, 0 for padding (keys at 0 get no attention).
             return_type: ``"predictions"`` (read-out, ``[batch, pos]``), ``"hidden"`` (last
-                block's output ``[batch, pos, d_model]``) or None.
+                block's output ``[batch, pos, d_model]``), ``"loss"`` (the papers' MSE over all
+                entries against ``values``, a scalar: what TransformerLens's
+                ``run_with_cache(..., incl_bwd=True)`` differentiates) or None.
+            values: the matrices' values ``[batch, pos]`` (``MatrixBatch.values``), needed by
+                ``return_type="loss"``.
+
+        Example:
+            >>> import torch, tfmatcomp as tm
+            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+            >>> batch = tm.MatrixCompletionTask(4, rank=1).sample(2, torch.Generator().manual_seed(0))
+            >>> loss, cache = model.run_with_cache(batch.tokens, return_type="loss",
+            ...                                    values=batch.values, incl_bwd=True)
+            >>> loss.shape, cache["blocks.0.hook_resid_pre_grad"].shape
+            (torch.Size([]), torch.Size([2, 16, 64]))
         """
         self.check_tokens(tokens)
         check_choice("return_type", return_type, RETURN_TYPES)
         if token_type_ids is not None:
             self._check_token_types(token_type_ids, tokens)
+        if (return_type == "loss") != (values is not None):
+            raise ValueError("values: give the matrices' values [batch, pos] (MatrixBatch.values) "
+                             "with return_type='loss', and only then")
+        if values is not None and (not torch.is_tensor(values) or values.shape != tokens.shape):
+            shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
+            raise ValueError(f"values: expected shape {tuple(tokens.shape)} (as tokens), got {shape}")
         if attention_mask is not None:
             if not torch.is_tensor(attention_mask) or attention_mask.shape != tokens.shape:
                 shape = (tuple(attention_mask.shape) if torch.is_tensor(attention_mask)
@@ -145,6 +166,9 @@ class HookedEncoder(HookedBase):
                     ((attention_mask != 0) & (attention_mask != 1)).any()):
                 raise ValueError("attention_mask: must hold only 0 (padding) and 1 (token), or be "
                                  "boolean")
+        if return_type == "loss":
+            predictions = self._run(tokens, token_type_ids, attention_mask, "predictions")
+            return masked_mse(predictions, values.to(predictions.dtype))
         return self._run(tokens, token_type_ids, attention_mask, return_type)
 
     def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):
