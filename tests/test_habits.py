@@ -131,3 +131,16 @@ def test_run_with_cache_incl_bwd_caches_the_gradients_of_the_papers_loss():
         model(batch.tokens, return_type="loss")
     with pytest.raises(ValueError, match="values: expected shape"):
         model(batch.tokens, return_type="loss", values=batch.values[:, :3])
+
+
+def test_to_tokens_and_to_string_for_matrices():
+    model = tm.load_pretrained("tiny", step="post")
+    batch = model.task_cfg.build().sample(3, generator=torch.Generator().manual_seed(0))
+    shape = (3, batch.n_rows, batch.n_cols)
+    tokens = model.to_tokens(batch.values.reshape(shape), batch.observed.reshape(shape))
+    assert torch.equal(tokens, batch.tokens)
+    texts = model.to_string(tokens)
+    assert len(texts) == 3 and all(t.count("?") == int(m.sum()) for t, m in zip(texts, batch.masked))
+    assert all(len(t.splitlines()) == batch.n_rows for t in texts)
+    with pytest.raises(ValueError, match="n_ctx"):
+        model.to_tokens(torch.zeros(5, 5))

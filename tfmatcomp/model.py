@@ -24,15 +24,17 @@ import math
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 from tfmatcomp.components.hook_point import HookPoint
 
 from tfmatcomp.components import BertBlock, BertEmbed, Readout
 from tfmatcomp.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
+from tfmatcomp.data import MatrixBatch
 from tfmatcomp.hooked_base import HookedBase, UnknownHookError
 from tfmatcomp.metrics import masked_mse
+from tfmatcomp.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_choice
 
 __all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
@@ -192,6 +194,68 @@ class HookedEncoder(HookedBase):
     @property
     def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
         return self.embed.W_pos
+
+    # ------------------------------------------------------- matrices <-> tokens
+    def to_tokens(self, matrices: Float[Tensor, "*batch n_rows n_cols"],
+                  observed: Bool[Tensor, "*batch n_rows n_cols"] | None = None
+                  ) -> Int[Tensor, "batch pos"]:
+        """TransformerLens's ``to_tokens`` for matrices: the token ids ``[batch, n_rows * n_cols]``
+        of ``matrices`` (``[batch, n_rows, n_cols]`` or one ``[n_rows, n_cols]``), MASK where
+        ``observed`` is False (default: everything observed), with the papers' tokenizer.
+
+        Example:
+            >>> import torch, tfmatcomp as tm
+            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+            >>> x = torch.tensor([[0.5, -0.25], [0.0, 1.0]])
+            >>> print(model.to_string(model.to_tokens(x, observed=torch.tensor([[1, 1], [0, 1]]).bool())))
+             0.50 -0.25
+                ?  1.00
+        """
+        matrices = torch.as_tensor(matrices)
+        if matrices.ndim not in (2, 3):
+            raise ValueError(f"matrices: expected [batch, n_rows, n_cols] or [n_rows, n_cols], got "
+                             f"shape {tuple(matrices.shape)}")
+        if matrices.ndim == 2:
+            matrices = matrices[None]
+            observed = None if observed is None else torch.as_tensor(observed)[None]
+        b, n_rows, n_cols = matrices.shape
+        if n_rows * n_cols > self.cfg.n_ctx:
+            raise ValueError(f"matrices: {n_rows}x{n_cols} needs {n_rows * n_cols} positions, the "
+                             f"model has n_ctx {self.cfg.n_ctx}")
+        if observed is None:
+            observed = torch.ones(b, n_rows, n_cols, dtype=torch.bool)
+        observed = torch.as_tensor(observed)
+        if observed.dtype != torch.bool or observed.shape != matrices.shape:
+            raise ValueError(f"observed: expected a bool tensor of shape {tuple(matrices.shape)}, "
+                             f"got {observed.dtype} {tuple(observed.shape)}")
+        batch = MatrixBatch.from_values(matrices.reshape(b, -1).float(), observed.reshape(b, -1),
+                                        n_rows, n_cols)
+        return batch.tokens.to(self.device)
+
+    def to_string(self, tokens: Int[Tensor, "*batch pos"], n_cols: int | None = None
+                  ) -> str | list[str]:
+        """TransformerLens's ``to_string`` for matrices: each row of token ids as a matrix of
+        values, ``?`` for MASK; ``n_cols`` defaults to the square side. One string for ``[pos]``
+        (or a batch of one), a list for a batch."""
+        tokens = torch.as_tensor(tokens)
+        single = tokens.ndim == 1
+        tokens = tokens[None] if single else tokens
+        self.check_tokens(tokens)
+        pos = tokens.shape[1]
+        n_cols = n_cols or int(round(pos ** 0.5))
+        if n_cols < 1 or pos % n_cols:
+            raise ValueError(f"n_cols: {pos} positions do not split into rows of {n_cols}; pass n_cols")
+        tok = ValueTokenizer()
+        values = tok.decode(tokens.cpu())
+        texts = []
+        for row_tokens, row_values in zip(tokens.cpu(), values):
+            cells = ["?" if t == tok.mask_token_id else f"{v:.2f}"
+                     for t, v in zip(row_tokens.tolist(), row_values.tolist())]
+            width = max(len(c) for c in cells)
+            lines = [" ".join(c.rjust(width) for c in cells[i:i + n_cols])
+                     for i in range(0, pos, n_cols)]
+            texts.append("\n".join(lines))
+        return texts[0] if single or len(texts) == 1 else texts
 
     # --------------------------------------------------------- conversion
     @classmethod
