@@ -121,7 +121,8 @@ def _expected_shapes() -> dict[str, tuple[int, ...]]:
 def test_every_hook_and_its_shape():
     model = _model()
     expected = _expected_shapes()
-    assert set(model.hook_dict) == set(expected)
+    results = {f"blocks.{l}.attn.hook_result" for l in range(CFG.n_layers)}  # use_attn_result only
+    assert set(model.hook_dict) == set(expected) | results
     logits, cache = model.run_with_cache(_tokens())
     assert isinstance(cache, ActivationCache)
     assert {k: tuple(v.shape) for k, v in cache.items()} == expected

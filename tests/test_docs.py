@@ -136,6 +136,7 @@ def test_hook_table_is_the_models_hook_set_with_its_shapes():
 
     batch, pos = 3, 10
     tokens = torch.randint(1, cfg.d_vocab, (batch, pos), generator=torch.Generator().manual_seed(0))
+    model.set_use_attn_result(True)  # so that hook_result fires too
     _, cache = model.run_with_cache(tokens)
     sizes = {"batch": batch, "pos": pos, "query_pos": pos, "key_pos": pos, "head": cfg.n_heads,
              "d_head": cfg.d_head, "d_model": cfg.d_model, "d_mlp": cfg.d_mlp, "1": 1}

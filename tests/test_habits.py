@@ -144,3 +144,31 @@ def test_to_tokens_and_to_string_for_matrices():
     assert all(len(t.splitlines()) == batch.n_rows for t in texts)
     with pytest.raises(ValueError, match="n_ctx"):
         model.to_tokens(torch.zeros(5, 5))
+
+
+def test_use_attn_result_caches_each_heads_output():
+    model = tm.load_pretrained("tiny", step="post")
+    batch = model.task_cfg.build().sample(4, generator=torch.Generator().manual_seed(0))
+    plain, base = model.run_with_cache(batch.tokens)
+    with pytest.raises(KeyError, match="set_use_attn_result"):
+        base["result", 0]
+    model.set_use_attn_result(True)
+    try:
+        preds, cache = model.run_with_cache(batch.tokens)
+    finally:
+        model.set_use_attn_result(False)
+    torch.testing.assert_close(preds, plain, rtol=1e-4, atol=1e-5)
+    for layer in range(model.cfg.n_layers):
+        result = cache["result", layer]
+        assert result.shape == (4, 16, model.cfg.n_heads, model.cfg.d_model)
+        torch.testing.assert_close(result.sum(-2) + model.b_O[layer], cache["attn_out", layer],
+                                   rtol=1e-4, atol=1e-5)
+        z = cache["z", layer]
+        for head in range(model.cfg.n_heads):
+            torch.testing.assert_close(result[:, :, head], z[:, :, head] @ model.W_O[layer, head],
+                                       rtol=1e-4, atol=1e-5)
+    stacked = base.stack_head_results(layer=model.cfg.n_layers)  # TransformerLens's, from hook_z
+    torch.testing.assert_close(stacked[model.cfg.n_heads + 1],
+                               cache["result", 1][:, :, 1], rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="use_attn_result"):
+        model.set_use_attn_result("yes")

@@ -36,8 +36,10 @@ def test_every_documented_hook_has_its_shape(tiny_model, batch4):
     shapes = expected_hook_shapes(tiny_model.cfg)
     for name, shape in shapes.items():
         assert tuple(cache[name].shape) == shape, name
-    # only the token-type hook (no token types in the paper config) never fires
-    assert set(tiny_model.hook_dict) - set(cache.keys()) == {"embed.hook_token_type_embed"}
+    # only the token-type hook (no token types in the paper config) and the per-head results
+    # (TransformerLens's: computed after set_use_attn_result(True)) never fire
+    results = {f"blocks.{l}.attn.hook_result" for l in range(tiny_model.cfg.n_layers)}
+    assert set(tiny_model.hook_dict) - set(cache.keys()) == {"embed.hook_token_type_embed"} | results
 
 
 def test_stacked_weight_views(tiny_model):

@@ -97,7 +97,10 @@ class EncoderActivationCache(ActivationCache):
         name = _ALIASES.get(name, name)
         if name not in self.cache_dict:
             hint = (" (this encoder has no ln_final: its last LayerNorm is blocks.{L-1}.ln2)"
-                    if name.startswith("ln_final.") else "")
+                    if name.startswith("ln_final.") else
+                    " (per-head results are computed after model.set_use_attn_result(True); "
+                    "cache.stack_head_results() computes them from hook_z without it)"
+                    if name.endswith("attn.hook_result") else "")
             raise KeyError(f"{key!r} -> {name!r} is not in this cache{hint}; cached names: "
                            f"cache.keys(), every hook: model.hook_dict")
         return self.cache_dict[name]

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from tfmatcomp._interrupts import Undoable, undo_all
-from tfmatcomp.validation import check_seed
+from tfmatcomp.validation import check_bool, check_seed
 
 __all__ = ["HookedBase", "UnknownHookError"]
 
@@ -182,6 +182,24 @@ class HookedBase(HookedRootModule):
         finally:
             for m, flag in zip(modules, before):
                 m.fused = flag
+
+    def set_use_attn_result(self, use_attn_result: bool) -> None:
+        """TransformerLens's switch: with True every attention layer computes each head's output
+        ``z @ W_O`` separately at ``blocks.{l}.attn.hook_result`` ``[batch, pos, head, d_model]``
+        (``cache["result", l]``; their sum plus ``b_O`` is ``hook_attn_out``). Off by default: it
+        costs memory, and the attention takes its explicit path while it is on.
+
+        Example:
+            >>> import torch, tfmatcomp as tm
+            >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+            >>> model.set_use_attn_result(True)
+            >>> _, cache = model.run_with_cache(torch.ones(2, 16, dtype=torch.long))
+            >>> cache["result", 0].shape
+            torch.Size([2, 16, 4, 64])
+        """
+        check_bool("use_attn_result", use_attn_result)
+        for block in self.blocks:
+            block.attn.use_attn_result = use_attn_result
 
     def active_hook_count(self) -> int:
         """Number of hook functions currently registered on the model's hook points (0 when clean)."""

@@ -26,6 +26,9 @@ class Attention(nn.Module):
         hook_pattern: ``[batch, n_heads, query_pos, key_pos]``, softmax probabilities.
         hook_z: ``[batch, pos, n_heads, d_head]``, ``pattern @ v`` per head, before ``W_O`` (the
             papers' "hidden state just after the attention head").
+        hook_result: ``[batch, pos, n_heads, d_model]``, each head's ``z @ W_O`` (without
+            ``b_O``; their sum plus ``b_O`` is the attention output). Computed, as in
+            TransformerLens, only when ``use_attn_result`` is on (``model.set_use_attn_result``).
     """
 
     def __init__(self, cfg: EncoderConfig | DecoderConfig, causal: bool = False):
@@ -49,6 +52,8 @@ class Attention(nn.Module):
         self.hook_attn_scores = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_pattern = HookPoint()  # [batch, head, query_pos, key_pos]
         self.hook_z = HookPoint()  # [batch, pos, head, d_head]
+        self.hook_result = HookPoint()  # [batch, pos, head, d_model], with use_attn_result
+        self.use_attn_result = False
 
     @staticmethod
     def _project(x: Tensor, W: Tensor, b: Tensor) -> Tensor:
@@ -63,8 +68,9 @@ class Attention(nn.Module):
         x: Float[Tensor, "batch pos d_model"],
         additive_mask: Float[Tensor, "batch 1 1 key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        if self.fused and not any(_hooked(hp) for hp in (self.hook_q, self.hook_k, self.hook_v,
-                                           self.hook_attn_scores, self.hook_pattern, self.hook_z)):
+        if self.fused and not self.use_attn_result and not any(_hooked(hp) for hp in (
+                self.hook_q, self.hook_k, self.hook_v, self.hook_attn_scores, self.hook_pattern,
+                self.hook_z)):
             return self._fused(x, additive_mask)
         q = self.hook_q(self._project(x, self.W_Q, self.b_Q))
         k = self.hook_k(self._project(x, self.W_K, self.b_K))
@@ -78,6 +84,9 @@ class Attention(nn.Module):
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
         z = self.hook_z((pattern @ v.permute(0, 2, 1, 3)).permute(0, 2, 1, 3))
         h, e, d = self.W_O.shape
+        if self.use_attn_result:  # per head: [batch, pos, head, d_head] x [head, d_head, d_model]
+            result = self.hook_result(torch.einsum("bphe,hed->bphd", z, self.W_O))
+            return result.sum(-2) + self.b_O
         return z.reshape(*z.shape[:2], h * e) @ self.W_O.reshape(h * e, d) + self.b_O
 
     def _fused(self, x: Tensor, additive_mask: Tensor | None) -> Tensor:
