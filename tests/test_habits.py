@@ -172,3 +172,23 @@ def test_use_attn_result_caches_each_heads_output():
                                cache["result", 1][:, :, 1], rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="use_attn_result"):
         model.set_use_attn_result("yes")
+
+
+def test_loading_a_checkpoint_draws_no_random_weights_and_imports_no_compiler():
+    code = ("import sys, torch, tfmatcomp as tm\n"
+            "state = torch.random.get_rng_state()\n"
+            "m = tm.load_pretrained('tiny', step='post')\n"
+            "assert torch.equal(state, torch.random.get_rng_state())\n"
+            "print('torch._dynamo' in sys.modules, 'sympy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "False"]
+    decoder = tm.HookedDecoder.uninitialized(tm.get_preset("gpt-tiny").model, device="meta")
+    assert type(decoder) is tm.HookedDecoder and decoder.cfg.device == torch.device("meta")
+
+
+def test_first_touch_benchmark_runs():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "first_touch.py"), "--runs",
+                          "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "tfmatcomp / floor" in out.stdout

@@ -311,9 +311,9 @@ def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] 
     if len(dtypes) != 1 or not dtypes <= set(_SAFETENSORS_DTYPES):
         raise CheckpointError(f"path: {name} in {path} hold dtypes {sorted(dtypes)}; expected one of "
                               f"{sorted(_SAFETENSORS_DTYPES)} for every tensor")
-    with torch.device("meta"):
-        model_cls = HookedDecoder if isinstance(cfg, DecoderConfig) else HookedEncoder
-        expected = {k: tuple(v.shape) for k, v in model_cls(cfg).state_dict().items()}
+    model_cls = HookedDecoder if isinstance(cfg, DecoderConfig) else HookedEncoder
+    expected = {k: tuple(v.shape)
+                for k, v in model_cls.uninitialized(cfg, device="meta").state_dict().items()}
     found = {k: shape for k, (shape, _) in specs.items()}
     missing = sorted(set(expected) - set(found))
     unexpected = sorted(set(found) - set(expected))
@@ -379,7 +379,7 @@ def load_checkpoint_info(
     tensors = {k: v for file in files for k, v in _load_tensors(file).items()}
     if dtype in (torch.bfloat16, torch.float16):
         dtype = torch.float32  # half precision is a storage format: the model computes in float32
-    model = model_cls(model_cfg).to(dtype)
+    model = model_cls.uninitialized(model_cfg).to(dtype)  # every weight is loaded next
     model.load_state_dict(tensors, strict=True)
     model.task_cfg = task_cfg
     if device is not None:

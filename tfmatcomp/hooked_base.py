@@ -183,6 +183,26 @@ class HookedBase(HookedRootModule):
             for m, flag in zip(modules, before):
                 m.fused = flag
 
+    @classmethod
+    def uninitialized(cls, cfg: Any, device: torch.device | str | None = None):
+        """The model for ``cfg`` without its random initialization (its weights are whatever memory
+        held, or shapes only on ``device="meta"``): for loading weights into, at no cost of
+        random draws (which on the meta device would also import torch's compiler).
+
+        Example:
+            >>> import tfmatcomp as tm
+            >>> shell = tm.HookedEncoder.uninitialized(tm.get_preset("tiny").model, device="meta")
+            >>> type(shell).__name__, shell.W_E.device.type
+            ('HookedEncoder', 'meta')
+        """
+        shell = type(cls.__name__, (cls,), {"init_weights": lambda self, generator: None})
+        with torch.device(device) if device is not None else contextlib.nullcontext():
+            model = shell(cfg)
+        model.__class__ = cls
+        if device is not None:
+            object.__setattr__(model.cfg, "device", torch.device(device))
+        return model
+
     def set_use_attn_result(self, use_attn_result: bool) -> None:
         """TransformerLens's switch: with True every attention layer computes each head's output
         ``z @ W_O`` separately at ``blocks.{l}.attn.hook_result`` ``[batch, pos, head, d_model]``
