@@ -255,15 +255,20 @@ def _read_config(path: Path) -> dict[str, Any]:
     return config
 
 
-def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
-    """The most bytes one file of this checkpoint can hold: its weights and Adam's two moments in
-    float64, plus 64 MiB for headers, random-number states and the JSON files."""
+def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
+    """``(config class, model class)`` of the checkpoint's ``kind`` (encoder when absent)."""
     kind = config.get("kind", "encoder")
     if not isinstance(kind, str) or kind not in _KINDS:
         raise CheckpointError(f"path: {path / 'config.json'} has kind {kind!r}; expected one of "
                               f"{sorted(_KINDS)}")
+    return _KINDS[kind]
+
+
+def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
+    """The most bytes one file of this checkpoint can hold: its weights and Adam's two moments in
+    float64, plus 64 MiB for headers, random-number states and the JSON files."""
     try:
-        cfg = _KINDS[kind][0].from_dict(config["model"])
+        cfg = _classes(path, config)[0].from_dict(config["model"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
     return 3 * 8 * _parameter_count(cfg) + (64 << 20)
@@ -350,11 +355,7 @@ def load_checkpoint_info(
         device = check_device("device", device)
     path = _resolve(path)
     raw = _read_config(path)
-    kind = raw.get("kind", "encoder")
-    if kind not in _KINDS:
-        raise CheckpointError(f"path: {path / 'config.json'} has kind {kind!r}; expected one of "
-                              f"{sorted(_KINDS)}")
-    cfg_cls, model_cls = _KINDS[kind]
+    cfg_cls, model_cls = _classes(path, raw)
     try:
         model_cfg = cfg_cls.from_dict(raw["model"])
         task_cfg = TaskConfig.from_dict(raw["task"]) if raw.get("task") else None

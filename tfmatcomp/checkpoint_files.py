@@ -28,6 +28,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from tfmatcomp.validation import read_json_bounded
+
 __all__ = ["CheckpointError", "checkpoint_dtype", "WEIGHTS_FILE", "INDEX_FILE"]
 
 
@@ -93,12 +95,10 @@ def _plain_file(directory: Path, name: Any) -> Path:
 def _read_json(directory: Path, name: str) -> Any:
     """The JSON content of the plain file ``name`` in ``directory``, size-bounded."""
     file = _plain_file(directory, name)
-    if file.stat().st_size > _MAX_JSON_BYTES:
-        raise CheckpointError(f"path: {file} is larger than {_MAX_JSON_BYTES >> 20} MiB; refused")
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError) as e:  # JSON errors, and ints past Python's digit limit
-        raise CheckpointError(f"path: {file} is not valid JSON ({e})") from None
+        return read_json_bounded("path", file, _MAX_JSON_BYTES)
+    except ValueError as e:  # too large, not UTF-8, not JSON: named as a checkpoint problem
+        raise CheckpointError(str(e)) from None
 
 
 def checkpoint_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:

@@ -249,20 +249,6 @@ def numerics(device: torch.device) -> Iterator[None]:
         torch.set_float32_matmul_precision(before)
 
 
-@contextlib.contextmanager
-def explicit_attention(model: nn.Module) -> Iterator[None]:
-    """Run every attention module's explicit matmul path (not SDPA) while the block runs."""
-    modules = [m for m in model.modules() if hasattr(m, "fused") and hasattr(m, "W_Q")]
-    before = [m.fused for m in modules]
-    for m in modules:
-        m.fused = False
-    try:
-        yield
-    finally:
-        for m, f in zip(modules, before):
-            m.fused = f
-
-
 class FastStep:
     """One training update of an encoder in bf16 without host syncs (CPU: bf16 weights cast once
     per step; CUDA: autocast and ``torch.compile``).
@@ -304,6 +290,9 @@ class FastStep:
             forward = torch.compile(forward, backend=backend, mode=mode)
         self._forward = forward
         self._unchecked = UncheckedForward(model)
+        #: the master weights under their names in ``_unchecked`` (the same Parameter objects
+        #: for the whole run: resume and checkpoints copy into them)
+        self._weights = [(f"model.{name}", p) for name, p in model.named_parameters()]
         if not cuda:
             retain_freed_memory()
         self._bad = torch.zeros((), dtype=torch.bool, device=self.device)
@@ -320,8 +309,8 @@ class FastStep:
         """CPU: the model's components on bf16 copies of its weights, made once per step (their
         gradients flow back to the float32 weights through the casts)."""
         dtype = self.autocast_dtype or torch.float32
-        weights = {f"model.{name}": p.to(dtype) for name, p in self.model.named_parameters()}
-        with (explicit_attention(self.model) if self.attention == "explicit"
+        weights = {name: p.to(dtype) for name, p in self._weights}
+        with (self.model.unfused(layer_norm=False) if self.attention == "explicit"
               else contextlib.nullcontext()):
             predictions = torch.func.functional_call(self._unchecked, weights, (tokens,)).float()
         return predictions, masked_mse(predictions, values)  # the loss in float32

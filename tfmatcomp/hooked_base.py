@@ -157,8 +157,9 @@ class HookedBase(HookedRootModule):
         return out, cache
 
     @contextlib.contextmanager
-    def unfused(self) -> Iterator["HookedBase"]:
-        """Inside this context every attention and LayerNorm takes its explicit, hookable path.
+    def unfused(self, layer_norm: bool = True) -> Iterator["HookedBase"]:
+        """Inside this context every attention and LayerNorm takes its explicit, hookable path
+        (with ``layer_norm=False`` only the attention: the fast CPU step's choice).
 
         Outside it, a component with no active hook uses a fused kernel (SDPA, ``F.layer_norm``):
         the same function, but rounded differently (~1e-7). Use this context when comparing runs
@@ -173,7 +174,8 @@ class HookedBase(HookedRootModule):
             >>> same
             True
         """
-        modules = [m for m in self.modules() if hasattr(m, "fused")]
+        modules = [m for m in self.modules() if hasattr(m, "fused")
+                   and (layer_norm or hasattr(m, "W_Q"))]
         before = [m.fused for m in modules]
         for m in modules:
             m.fused = False

@@ -447,7 +447,7 @@ class Trainer:
         batch = self.task.sample(batch_size or self.train_cfg.eval_batch_size,
                                  generator=self.eval_gen, device=self.device)
         tokens = self.model_tokens(batch)
-        bf16 = self.fast and self.device.type == "cpu" and inference_bf16(self.model)
+        bf16 = self.fast and inference_bf16(self.model)  # a CPU with bf16 units, d_model >= 256
         with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             output = self.model(tokens)
         out = {k: v.item() for k, v in self.batch_metrics(output.float(), batch, tokens).items()}
