@@ -50,6 +50,9 @@ def main() -> None:
     ap.add_argument("--eval-samples", type=int, default=512)
     ap.add_argument("--eval-batch-size", type=int, help="eval batch of the metrics log")
     ap.add_argument("--log-every", type=int)
+    ap.add_argument("--checkpoint-every", type=int,
+                    help="also checkpoint every this many steps, so a stopped run resumes near "
+                    "where it stopped (default: the preset's)")
     ap.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                     help="the fast (bf16) step; it trains the seeds one after another (the batched "
                     "multi-seed program runs float32). Default: where it pays (tfmatcomp.fast_step)")
@@ -60,7 +63,8 @@ def main() -> None:
     task_cfg, model_cfg = configs_from_args(args, preset)
     overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
                                    "lr": args.lr, "eval_batch_size": args.eval_batch_size,
-                                   "log_every": args.log_every, "fast": args.fast}.items()
+                                   "log_every": args.log_every, "fast": args.fast,
+                                   "checkpoint_every": args.checkpoint_every}.items()
                  if v is not None}
     probe = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
                        progress=False, **overrides)
