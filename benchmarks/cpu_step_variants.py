@@ -5,7 +5,7 @@ under each way of using bf16 on a CPU, timed in one run.
 * ``autocast``: the float32 model under ``torch.autocast("cpu", bfloat16)`` (weights re-cast per
   op; SDPA's flash kernel in bf16);
 * ``cast, sdpa flash`` / ``cast, sdpa math`` / ``cast, explicit``: the weights cast to bf16 once per
-  step (:class:`tfmatcomp.fast_step.FastStep`'s way) with attention through SDPA's default (flash)
+  step (:class:`tfmatcomp.training.fast_step.FastStep`'s way) with attention through SDPA's default (flash)
   kernel, its math kernel, or the components' explicit matmuls (what the fast step runs).
 
 Printed: ms/step and the speed-up over ``float32``, medians of interleaved rounds.
@@ -27,8 +27,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tfmatcomp as tm
-from tfmatcomp.fast_step import FastStep
-from tfmatcomp.metrics import masked_mse
+from tfmatcomp.training.fast_step import FastStep
+from tfmatcomp.task.metrics import masked_mse
 
 
 def main() -> None:

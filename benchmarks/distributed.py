@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from tfmatcomp import distributed
-from tfmatcomp.training import Trainer
+from tfmatcomp.training.trainer import Trainer
 
 
 def _worker(args: argparse.Namespace) -> None:

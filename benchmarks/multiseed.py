@@ -17,7 +17,7 @@ import time
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.multiseed import MultiSeedTrainer
+from tfmatcomp.training.multiseed import MultiSeedTrainer
 
 
 def _time(step, warmup: int, repeats: int) -> float:

@@ -30,7 +30,7 @@ import warnings
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.baselines import (
+from tfmatcomp.analyses.baselines import (
     batch_losses, nuclear_norm, solve_nuclear_norm_cvxpy, solve_nuclear_norm_torch,
 )
 from tfmatcomp.datapath import sample_batch
@@ -47,7 +47,7 @@ def cvxpy_default_solver(values, observed, n_rows: int, n_cols: int, lam: float 
     builds it)."""
     import cvxpy as cp
 
-    from tfmatcomp.baselines.cvxpy_path import _cvxpy_fresh_problem
+    from tfmatcomp.analyses.baselines.cvxpy_path import _cvxpy_fresh_problem
 
     A = (values[0].double() * observed[0]).reshape(n_rows, n_cols).numpy()
     M = observed[0].reshape(n_rows, n_cols).double().numpy()

@@ -3,7 +3,7 @@
 Four steps, each from the same initial weights on the same batch, on the same device, in one run:
 
 * ``ours explicit``: the Trainer's explicit step (float32, default Adam);
-* ``ours fast``: :class:`tfmatcomp.fast_step.FastStep`, what the Trainer runs when it takes the
+* ``ours fast``: :class:`tfmatcomp.training.fast_step.FastStep`, what the Trainer runs when it takes the
   fast step: on CUDA bf16 autocast, ``torch.compile``, TF32; on a CPU bf16 weights cast once per
   step and explicit attention, eager; fused Adam on both;
 * ``HF eager fp32``: ``BertModel`` with eager attention in float32, default Adam;
@@ -37,9 +37,9 @@ import torch
 from transformers import BertModel
 
 import tfmatcomp as tm
-from tfmatcomp import fast_step
-from tfmatcomp.convert import config_to_hf
-from tfmatcomp.metrics import masked_mse
+from tfmatcomp.training import fast_step
+from tfmatcomp.models.conversion.bert import config_to_hf
+from tfmatcomp.task.metrics import masked_mse
 
 PROJECTED_STEPS = 50_000
 
@@ -172,7 +172,7 @@ def bench(preset_name: str, device: torch.device, n_steps: int, n_warmup: int,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_device = tm.training.default_device()
+    default_device = tm.training.trainer.default_device()
     p.add_argument("--presets", default=None,
                    help="comma-separated presets (default: paper-4l8h on CUDA, tiny elsewhere)")
     p.add_argument("--device", default=str(default_device))

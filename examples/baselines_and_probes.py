@@ -4,12 +4,12 @@
 # Three analyses of the bundled `tiny` run (4x4 rank-1 matrices, 2 layers x 4 heads, width 64),
 # before (step 2,000) and after (step 10,000) its loss drop near step 5,600:
 #
-# 1. **Nuclear-norm baseline** (seed 000 Fig. 5 and Appendix D): the post-shift model against
+# 1. **Nuclear-norm baseline** (the workshop paper Fig. 5 and Appendix D): the post-shift model against
 #    nuclear-norm minimization on the same matrices, across masking probabilities and across the
 #    regularization weight lambda.
-# 2. **Linear probes per layer** (seed 000 Sec. 5): what the hidden states encode linearly (the
+# 2. **Linear probes per layer** (the workshop paper Sec. 5): what the hidden states encode linearly (the
 #    masked row, the entry's value, the top singular vector), pre vs post.
-# 3. **Attention-head taxonomy** (seed 000 Sec. 5): per-head scores (row, column, identity, ...)
+# 3. **Attention-head taxonomy** (the workshop paper Sec. 5): per-head scores (row, column, identity, ...)
 #    and the resulting head type, pre vs post.
 #
 # Runs offline on a CPU in seconds, on small samples (64-256 matrices); raise `N` for stable
@@ -22,10 +22,10 @@ import pandas as pd
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.baselines import compare_with_model, lambda_table
-from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info
-from tfmatcomp.heads import analyse_heads
-from tfmatcomp.probes import probe_layers
+from tfmatcomp.analyses.baselines import compare_with_model, lambda_table
+from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
+from tfmatcomp.analyses.heads import analyse_heads
+from tfmatcomp.analyses.probes import probe_layers
 
 torch.set_num_threads(1)
 pd.set_option("display.width", 200)

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info
+from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
 from tfmatcomp.decomposition import accumulate, residual_pass
 from tfmatcomp.geometry import model_summary_table, qk_decomposition, row_column_r2, summary_table
 from tfmatcomp.plotting.decomposition import pos_pca_figure, qk_figure, spectrum_figure
@@ -85,7 +85,7 @@ accs = {label: accumulate(model, batches(), progress=False, total=N_BATCHES)
         for label, model in models.items()}
 
 # %% [markdown]
-# ## Per-layer summary table (seed 003, Table 1)
+# ## Per-layer summary table (Song & Zhong, Table 1)
 #
 # `model_summary_table` streams the model and tabulates in one call (here on the same batches,
 # so it must agree with `summary_table` of the accumulator above). Columns: ScreeNOT rank of

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info
+from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
 from tfmatcomp.experiments import (activation_patching, attention_ablation, copying_check,
                                    head_ablation_scan, head_group_ablation, positional_permutation,
                                    weight_transplant)

@@ -16,7 +16,7 @@ import tempfile
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.dynamics import detect_drop
+from tfmatcomp.analyses.dynamics import detect_drop
 
 STEPS = int(os.environ.get("TFMATCOMP_EXAMPLE_STEPS", "100"))
 
@@ -62,7 +62,7 @@ for name, model in models.items():
     print(f"{name:>10s}: " + ", ".join(f"{k} {v.item():.4f}" for k, v in out.items()))
 
 # %% [markdown]
-# ## The copying check (seed 000, Table 1)
+# ## The copying check (the workshop paper, Table 1)
 #
 # Replace every MASK by the token of a value m: a copying model predicts about m at the masked
 # entries, so `L'_mask` (the error against m) is small. After the shift, MASK is no longer read as 0

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info, save_checkpoint
+from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info, save_checkpoint
 from tfmatcomp.experiments import (activation_patching, attention_ablation, attention_change,
                                    weight_transplant)
-from tfmatcomp.training import model_class
+from tfmatcomp.training.trainer import model_class
 
 COLS = ["L", "L_obs", "L_mask"]
 

@@ -18,8 +18,8 @@ import pandas as pd
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp import gpt_task
-from tfmatcomp.dynamics import detect_drop
+from tfmatcomp.task import gpt as gpt_task
+from tfmatcomp.analyses.dynamics import detect_drop
 
 from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.multiseed import GROUP_FILE, write_group_file, parse_seeds, seed_dir
+from tfmatcomp.training.multiseed import GROUP_FILE, write_group_file, parse_seeds, seed_dir
 from tfmatcomp.report.run import SeedGroup, choose_steps
 
 PRETRAINED = Path(tm.__file__).resolve().parent / "pretrained"

@@ -1,4 +1,4 @@
-"""Train an encoder on a uniform mixture of matrix sizes (seed 002 Appendix I) on the CPU, then
+"""Train an encoder on a uniform mixture of matrix sizes (the NeurIPS paper Appendix I) on the CPU, then
 print the tables of docs/decoder.md: per-size L_mask at every checkpoint (the learning order) and,
 at the last one, per-size losses on sizes in and out of the mixture next to nuclear-norm
 minimization on the same matrices and masks.
@@ -20,8 +20,8 @@ import pandas as pd
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.baselines import complete_nuclear_norm
-from tfmatcomp.checkpoint import list_checkpoints
+from tfmatcomp.analyses.baselines import complete_nuclear_norm
+from tfmatcomp.runs.checkpoint import list_checkpoints
 from tfmatcomp.datapath import per_size_losses, sample_batch
 
 

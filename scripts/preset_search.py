@@ -29,10 +29,10 @@ import pandas as pd
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.baselines import complete_nuclear_norm
+from tfmatcomp.analyses.baselines import complete_nuclear_norm
 from tfmatcomp.datapath import sample_batch
-from tfmatcomp.dynamics import detect_drop
-from tfmatcomp.multiseed import parse_seeds, seed_dir
+from tfmatcomp.analyses.dynamics import detect_drop
+from tfmatcomp.training.multiseed import parse_seeds, seed_dir
 
 from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
 
@@ -55,7 +55,7 @@ def main() -> None:
                     "where it stopped (default: the preset's)")
     ap.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                     help="the fast (bf16) step; it trains the seeds one after another (the batched "
-                    "multi-seed program runs float32). Default: where it pays (tfmatcomp.fast_step)")
+                    "multi-seed program runs float32). Default: where it pays (tfmatcomp.training.fast_step)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 

@@ -1,5 +1,5 @@
-"""Seed 003 Section 5 on small CPU decoders: addition with and without carry, token randomization,
-and the NanoGPT row of Table 1 (tfmatcomp.geometry.section5).
+"""Song & Zhong Section 5 on small CPU decoders: addition with and without carry, token randomization,
+and the NanoGPT row of Table 1 (tfmatcomp.song_zhong.section5).
 
 Writes OUT/section5.json (every table), OUT/section5.md (the tables docs/geometry.md quotes), the
 runs (OUT/addition_*, OUT/random_*, OUT/nanogpt: checkpoints that `tfmatcomp geometry` reads) and
@@ -20,8 +20,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from tfmatcomp.geometry.paper import PAPER_TABLE1
-from tfmatcomp.geometry.section5 import (addition_experiment, nanogpt_experiment,
+from tfmatcomp.song_zhong.paper import PAPER_TABLE1
+from tfmatcomp.song_zhong.section5 import (addition_experiment, nanogpt_experiment,
                                          randomization_experiment)
 
 EXPERIMENTS = ("addition", "randomization", "nanogpt")

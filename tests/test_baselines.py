@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfmatcomp as tm
-from tfmatcomp.baselines import (
+from tfmatcomp.analyses.baselines import (
     PAPER_LAMBDA_TABLE, batch_losses, compare_with_model, complete_nuclear_norm, lambda_table,
     nuclear_norm, solve_nuclear_norm_cvxpy, solve_nuclear_norm_torch,
 )
@@ -114,7 +114,7 @@ def test_rectangular_matches_cvxpy():
 def _path_state(X, free, mu, lam=None, w=None, a=None):
     """A one-chunk path state for ``X [B, N, N]`` with free entries ``free [B, N*N]``, data weights
     ``w [B, N*N]`` and targets ``a [B, N, N]`` (Eq. 2; None: Eq. 1)."""
-    from tfmatcomp.baselines.solver import _PathState, _svd
+    from tfmatcomp.analyses.baselines.solver import _PathState, _svd
 
     B, N = X.shape[0], X.shape[-1]
     m = int(free.sum(1).max())
@@ -142,7 +142,7 @@ def test_newton_directions_match_finite_differences(rank_deficient, regularized)
     """``H^{-1} g`` and ``H^{-1} dg/dmu`` from the SVD-factor Hessian equal the ones from a
     central-difference Hessian of the exact gradient (Hessian at ``mu_h``, gradient at ``mu``;
     with ``lam`` and the data term for Eq. 2)."""
-    from tfmatcomp.baselines.solver import _newton_directions
+    from tfmatcomp.analyses.baselines.solver import _newton_directions
 
     g = torch.Generator().manual_seed(7)
     B, N = 3, 5
@@ -197,7 +197,7 @@ def test_chunking_does_not_change_the_solution(batch7):
 
 
 def test_svd_helper_factorizes():
-    from tfmatcomp.baselines.solver import _svd
+    from tfmatcomp.analyses.baselines.solver import _svd
 
     X = torch.randn(4, 6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     U, S, V = _svd(X)

@@ -6,8 +6,8 @@ import plotly.graph_objects as go
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp.baselines import compare_with_model, lambda_table
-from tfmatcomp.ood import evaluate_ood, ood_conditions
+from tfmatcomp.analyses.baselines import compare_with_model, lambda_table
+from tfmatcomp.analyses.ood import evaluate_ood, ood_conditions
 from tfmatcomp.plotting.baselines import lambda_table_figure, model_vs_nuclear_norm_figure, ood_figure
 
 

@@ -10,7 +10,7 @@ import os
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp.rundir import run_configs
+from tfmatcomp.runs.rundir import run_configs
 from tfmatcomp.validation import read_bounded
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs fifos (POSIX)")
@@ -65,7 +65,7 @@ def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
 def test_malformed_sweep_record_is_refused_naming_the_file(tmp_path, content):
     (tmp_path / "sweep.json").write_text(content)
     with pytest.raises(ValueError, match="sweep.json"):
-        tm.sweeps.read_sweep(tmp_path)
+        tm.training.sweeps.read_sweep(tmp_path)
 
 
 def test_read_bounded_limits_size_and_refuses_devices(tmp_path):
@@ -98,7 +98,7 @@ def test_a_state_whose_step_is_not_its_checkpoints_is_refused_and_nothing_is_del
              progress=False)
     ckpt = tm.list_checkpoints(out)[6]
     _edit_state(ckpt, lambda s: s.update(step=2))
-    with pytest.raises(tm.rundir.RunDirError, match="says step 2 but the checkpoint is step 6"):
+    with pytest.raises(tm.runs.rundir.RunDirError, match="says step 2 but the checkpoint is step 6"):
         tm.train("tiny", out_dir=out, n_steps=8, batch_size=4, log_every=2, checkpoint_every=3,
                  resume=True, progress=False)
     assert sorted(tm.list_checkpoints(out)) == [3, 6]
@@ -149,6 +149,6 @@ def test_training_state_without_its_generators_is_named_not_a_key_error(tmp_path
     config["files"]["state.safetensors"] = hashlib.sha256(
         (ckpt / "state.safetensors").read_bytes()).hexdigest()
     (ckpt / "config.json").write_text(json.dumps(config))
-    with pytest.raises(tm.rundir.RunDirError, match=r"without \['rng.train'\]"):
+    with pytest.raises(tm.runs.rundir.RunDirError, match=r"without \['rng.train'\]"):
         tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
                  progress=False)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.decoder import next_token_loss
+from tfmatcomp.models.decoder import next_token_loss
 from tfmatcomp.interventions import ActivationAblation, from_dict
 
 
@@ -88,7 +88,7 @@ def test_deeply_nested_compositions_are_refused():
 
 
 def test_lam_true_is_not_lam_one():
-    from tfmatcomp.baselines import complete_nuclear_norm
+    from tfmatcomp.analyses.baselines import complete_nuclear_norm
     from tfmatcomp.datapath import sample_batch
 
     with pytest.raises(ValueError, match="lam"):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.checkpoint import _parameter_count
+from tfmatcomp.runs.checkpoint import _parameter_count
 from tfmatcomp.cli import main
 
 MODEL = tm.HookedEncoder(tm.get_preset("tiny").model)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp import datapath, hook_names, validation
+from tfmatcomp import datapath, validation
+from tfmatcomp.models import hook_names
 from tfmatcomp.interventions import ActivationAblation
 
 
@@ -126,7 +127,7 @@ def test_validation_messages(check, args, match):
 
 
 def test_wide_encoders_predict_in_bf16_on_bf16_cpus_and_cache_in_float32(monkeypatch):
-    from tfmatcomp import fast_step
+    from tfmatcomp.training import fast_step
     from tfmatcomp.datapath import inference_bf16, run_chunked
 
     cfg = tm.EncoderConfig(n_layers=1, n_heads=8, d_model=256, d_mlp=64, n_ctx=16)

@@ -10,7 +10,7 @@ import torch
 from transformer_lens import ActivationCache
 
 import tfmatcomp as tm
-from tfmatcomp.decoder import next_token_loss
+from tfmatcomp.models.decoder import next_token_loss
 
 transformers = pytest.importorskip("transformers")
 

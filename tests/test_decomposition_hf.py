@@ -29,8 +29,8 @@ def _tiny_bert(vocab_size=2002, n_ctx=16, seed=0):
         return transformers.BertModel(cfg, add_pooling_layer=False).eval()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.convert") is None,
-                    reason="tfmatcomp.convert (HookedEncoder.from_hf) does not exist yet")
+@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.models.conversion.bert") is None,
+                    reason="tfmatcomp.models.conversion.bert (HookedEncoder.from_hf) does not exist yet")
 def test_same_table_for_hooked_encoder_and_transformers_bert(task4):
     bert = _tiny_bert()
     model = tm.HookedEncoder.from_hf(bert).eval()
@@ -50,8 +50,8 @@ def test_same_table_for_hooked_encoder_and_transformers_bert(task4):
         pd.testing.assert_frame_equal(ours[NUMERIC], other[NUMERIC], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.convert") is None,
-                    reason="tfmatcomp.convert (HookedEncoder.from_hf) does not exist yet")
+@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.models.conversion.bert") is None,
+                    reason="tfmatcomp.models.conversion.bert (HookedEncoder.from_hf) does not exist yet")
 def test_local_directory_recipe(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
@@ -102,8 +102,8 @@ def test_local_directory_recipe(tmp_path, monkeypatch):
         assert torch.allclose(acc.result(hf_name).pos, acc2.result(our_name).pos, atol=1e-5)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.convert") is None,
-                    reason="tfmatcomp.convert (HookedEncoder.from_hf) does not exist yet")
+@pytest.mark.skipif(importlib.util.find_spec("tfmatcomp.models.conversion.bert") is None,
+                    reason="tfmatcomp.models.conversion.bert (HookedEncoder.from_hf) does not exist yet")
 def test_transformer_bridge_streams_the_same_statistics(tmp_path, monkeypatch, task4):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     bridge_mod = pytest.importorskip("transformer_lens.model_bridge")

@@ -46,7 +46,8 @@ def _batches(n: int = 5) -> list[tm.MatrixBatch]:
 
 def _spy(out: Path) -> dict[str, int]:
     """Count the calls through which a trainer writes to a run directory."""
-    from tfmatcomp import rundir, training
+    from tfmatcomp.runs import rundir
+    from tfmatcomp.training import trainer as training
 
     calls = {"lock": 0, "save": 0, "log": 0}
 

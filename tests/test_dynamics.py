@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy.special import expit
 
 import tfmatcomp as tm
-from tfmatcomp.dynamics import (
+from tfmatcomp.analyses.dynamics import (
     COMPONENT_GROUPS, PAPER_COMPONENTS, component_parameter_names, component_predicate,
     component_training, detect_drop, reinitialize_component, summarize_drops, train_component,
 )
@@ -134,7 +134,7 @@ def trained_checkpoint(tmp_path_factory):
     res = tm.train(model_cfg=cfg, task_cfg=task_cfg, out_dir=out, device="cpu", progress=False,
                    n_steps=6, batch_size=16, eval_batch_size=8, log_every=3, checkpoint_steps=(),
                    checkpoint_every=0, lr=1e-3, seed=0)
-    (step, path), = tm.checkpoint.list_checkpoints(out).items()
+    (step, path), = tm.runs.checkpoint.list_checkpoints(out).items()
     assert step == 6
     return path, res.model
 

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp.dynamics import component_training, detect_drop
+from tfmatcomp.analyses.dynamics import component_training, detect_drop
 from tfmatcomp.plotting.dynamics import component_training_figure, loss_curve_figure
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp import embeddings as emb
+from tfmatcomp.analyses import embeddings as emb
 
 
 def _plant_token_geometry(model, a=4.0, b=1.0, seed=0):
@@ -101,7 +101,7 @@ def test_checkpoint_projection(tiny_cfg):
 
 
 def test_checkpoint_projection_from_saved_checkpoints(tiny_cfg, tmp_path):
-    ckpt = pytest.importorskip("tfmatcomp.checkpoint")
+    ckpt = pytest.importorskip("tfmatcomp.runs.checkpoint")
     paths = []
     for step, seed in ((10, 1), (20, 0)):
         p = tmp_path / "run" / "checkpoints" / ckpt.checkpoint_dir_name(step)

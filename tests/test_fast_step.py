@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp import fast_step
-from tfmatcomp.data import MatrixCompletionTask
+from tfmatcomp.training import fast_step
+from tfmatcomp.task.data import MatrixCompletionTask
 
 KW = dict(n_steps=5, batch_size=16, log_every=1, progress=False)
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp import gpt_task
+from tfmatcomp.task import gpt as gpt_task
 from tfmatcomp.datapath import predict, sample_batch
 from tfmatcomp.interventions import (ActivationPatch, MaskSubstitution, PositionalPermutation,
                                      UniformAttentionAblation, WeightTransplant, from_dict,

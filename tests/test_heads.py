@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfmatcomp as tm
-from tfmatcomp import heads, masks
+from tfmatcomp.analyses import heads
+from tfmatcomp.task import masks
 
 N = 4                      # 4x4 matrices
 P = N * N

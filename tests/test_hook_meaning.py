@@ -4,7 +4,7 @@ A HuggingFace ``BertModel`` with *every* weight random (LayerNorm gains and bias
 default 1 and 0 would hide whether a hook sits before or after them) is converted with
 ``HookedEncoder.from_hf``; each activation in ``run_with_cache`` is compared, in float64, with the
 same quantity computed here from the HuggingFace weights with plain torch ops (HF layouts, so the
-re-layout of :mod:`tfmatcomp.hf_mapping` is checked too). The set of checked names must equal the
+re-layout of :mod:`tfmatcomp.models.conversion.hf_mapping` is checked too). The set of checked names must equal the
 cache's keys, so a new hook cannot go unchecked. The LayerNorm hooks follow TransformerLens:
 ``hook_scale`` and ``hook_normalized`` come before the gain and bias.
 """

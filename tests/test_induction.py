@@ -1,4 +1,4 @@
-"""Seed 003 Section 4.1 on a small random GPT-2 built here: repeated random tokens, the four QK
+"""Song & Zhong Section 4.1 on a small random GPT-2 built here: repeated random tokens, the four QK
 components per head summing to the scores, the three head-type scores, and the figure."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 pytest.importorskip("transformers")
 
 from tfmatcomp.decomposition import accumulate  # noqa: E402
-from tfmatcomp.geometry.induction import (HEAD_TYPES, induction_scores, induction_study,  # noqa: E402
+from tfmatcomp.song_zhong.induction import (HEAD_TYPES, induction_scores, induction_study,  # noqa: E402
                                           repeated_random_tokens)
-from tfmatcomp.geometry.models import GPT2Geometry  # noqa: E402
+from tfmatcomp.song_zhong.models import GPT2Geometry  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tfmatcomp.interventions import (KINDS, ActivationAblation, ActivationPatch,
                                      Intervention, MaskSubstitution, MeanAttentionAblation,
                                      PositionalPermutation, SampledBatch, UniformAttentionAblation,
                                      WeightTransplant, compose, from_dict, to_json)
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.tokenizer import ValueTokenizer
 
 CFG = tm.EncoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=16, n_ctx=16)
 TASK = tm.MatrixCompletionTask(4, rank=1)
@@ -191,7 +191,7 @@ from tfmatcomp.datapath import loss_values, predict, sample_batch  # noqa: E402
 from tfmatcomp.experiments import (activation_patching, attention_ablation, copying_check,  # noqa: E402
                                    head_ablation_scan, head_group_ablation, positional_permutation,
                                    weight_transplant)
-from tfmatcomp.metrics import L_mask_prime, masked_mse  # noqa: E402
+from tfmatcomp.task.metrics import L_mask_prime, masked_mse  # noqa: E402
 from tfmatcomp.report.render import frame_html  # noqa: E402
 
 TASK_CFG = tm.TaskConfig(n_rows=4, rank=1)

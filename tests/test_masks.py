@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfmatcomp as tm
-from tfmatcomp import masks
+from tfmatcomp.task import masks
 
 
 def test_row_mask_layout_and_task_roundtrip(task4):

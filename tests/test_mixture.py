@@ -1,4 +1,4 @@
-"""Mixtures of matrix sizes (seed 002, Appendix I): sampling, configs, a short training run that
+"""Mixtures of matrix sizes (the NeurIPS paper, Appendix I): sampling, configs, a short training run that
 samples every size, per-size and out-of-distribution losses."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.data import MatrixMixtureTask
+from tfmatcomp.task.data import MatrixMixtureTask
 from tfmatcomp.datapath import per_size_losses
 
 SMALL = tm.EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=81)

@@ -11,7 +11,7 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.cli import main as cli_main
-from tfmatcomp.multiseed import MultiSeedTrainer, parse_seeds, seed_dir
+from tfmatcomp.training.multiseed import MultiSeedTrainer, parse_seeds, seed_dir
 
 SMALL = dict(model_cfg=tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
              batch_size=16, eval_batch_size=32, log_every=20, device="cpu", progress=False)

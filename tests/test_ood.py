@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import tfmatcomp as tm
-from tfmatcomp.ood import OOD_GROUPS, OODCondition, evaluate_ood, ood_conditions
+from tfmatcomp.analyses.ood import OOD_GROUPS, OODCondition, evaluate_ood, ood_conditions
 
 
 class CopyModel(nn.Module):

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfmatcomp as tm
-from tfmatcomp import probes
+from tfmatcomp.analyses import probes
 
 
 @settings(max_examples=25, deadline=None)

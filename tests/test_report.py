@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp.dynamics import detect_drop
+from tfmatcomp.analyses.dynamics import detect_drop
 from tfmatcomp.report import SECTIONS, build_report
 
 

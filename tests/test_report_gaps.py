@@ -1,4 +1,4 @@
-"""The report's sections for seed 002's remaining figures: component-wise training (Sec. 4,
+"""The report's sections for the NeurIPS paper's remaining figures: component-wise training (Sec. 4,
 Fig. 8), positional-embedding norms per position, heads under row / column masks as pairs; and
 training on Gaussian entries from the command line (``tfmatcomp train --distribution``)."""
 
@@ -14,7 +14,7 @@ import pytest
 
 import tfmatcomp as tm
 from tfmatcomp.cli import main
-from tfmatcomp.dynamics import PAPER_COMPONENTS, component_training
+from tfmatcomp.analyses.dynamics import PAPER_COMPONENTS, component_training
 from tfmatcomp.report import build_report
 
 NEW = ["components", "positional", "structured_masks"]
@@ -92,7 +92,7 @@ def test_structured_mask_section_pairs_row_and_column_masks(gaps):
 
 
 def test_pairs_figure_refuses_random_mask_analyses(tiny_model, task4):
-    from tfmatcomp.heads import analyse_heads
+    from tfmatcomp.analyses.heads import analyse_heads
     from tfmatcomp.plotting.heads import structured_mask_pairs_figure
 
     a = analyse_heads(tiny_model, task4, 4)
@@ -109,7 +109,7 @@ def test_cli_train_distribution(tmp_path, seeds):
     runs = [out] if seeds is None else [out / "seed-0", out / "seed-1"]
     for run in runs:
         assert json.loads((run / "run.json").read_text())["task"]["distribution"] == "gaussian"
-        _, info = tm.checkpoint.load_checkpoint_info(tm.checkpoint.latest_checkpoint(run))
+        _, info = tm.runs.checkpoint.load_checkpoint_info(tm.runs.checkpoint.latest_checkpoint(run))
         assert info.task_cfg == dataclasses.replace(tm.get_preset("tiny").task, distribution="gaussian")
     # the task really draws Gaussian factors: entries beyond [-1, 1] occur
     import torch

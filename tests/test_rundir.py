@@ -17,13 +17,13 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.checkpoint import ConfigMismatchError
+from tfmatcomp.runs.checkpoint import ConfigMismatchError
 from tfmatcomp.cli import main as cli_main
-from tfmatcomp.multiseed import seed_dir
-from tfmatcomp.rundir import (
+from tfmatcomp.training.multiseed import seed_dir
+from tfmatcomp.runs.rundir import (
     LOCK_FILE, RunDirError, RunDirLock, RunDirLockedError, check_fresh, is_empty, remove_leftovers,
 )
-from tfmatcomp.training import Trainer
+from tfmatcomp.training.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = dict(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16)
@@ -190,7 +190,7 @@ def test_n_steps_below_the_resumed_step_is_an_error(tmp_path, capsys):
 def _hold_lock_in_another_process(out: Path) -> subprocess.Popen:
     code = textwrap.dedent(f"""
         import importlib.util, sys, time
-        path = {str(ROOT / "tfmatcomp/rundir.py")!r}  # standalone: no tfmatcomp import
+        path = {str(ROOT / "tfmatcomp/runs/rundir.py")!r}  # standalone: no tfmatcomp import
         spec = importlib.util.spec_from_file_location("rundir", path)
         rundir = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(rundir)
@@ -311,7 +311,7 @@ import json, os, random, signal, sys, time, traceback
 import torch
 torch.set_num_threads(1)
 import tfmatcomp as tm
-from tfmatcomp import training
+from tfmatcomp.training import trainer as training
 
 out, marker = sys.argv[1], sys.argv[1] + ".paused"
 kw = json.loads(sys.argv[2])

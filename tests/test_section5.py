@@ -1,4 +1,4 @@
-"""Section 5 of seed 003 on small decoders: the addition data and its accuracy, the smoothness
+"""Section 5 of Song & Zhong on small decoders: the addition data and its accuracy, the smoothness
 measures, token randomization, and the three experiments end to end at toy sizes (the real sizes
 run in scripts/section5.py; docs/geometry.md has their numbers)."""
 
@@ -11,9 +11,9 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.decomposition import decompose
-from tfmatcomp.decoder import next_token_loss
-from tfmatcomp.geometry.lm import text_sampler, train_lm
-from tfmatcomp.geometry.section5 import (ADDITION_TOKENIZER, AdditionTask, addition_accuracy,
+from tfmatcomp.models.decoder import next_token_loss
+from tfmatcomp.song_zhong.lm import text_sampler, train_lm
+from tfmatcomp.song_zhong.section5 import (ADDITION_TOKENIZER, AdditionTask, addition_accuracy,
                                          addition_experiment, answer_accuracy, nanogpt_experiment,
                                          positional_profile, positional_table, randomization_experiment,
                                          randomize_tokens, randomized_sampler)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.checkpoint import INDEX_FILE
+from tfmatcomp.runs.checkpoint import INDEX_FILE
 from tfmatcomp.datapath import load_checkpoints
 
 CFG = tm.get_preset("tiny").model
@@ -45,7 +45,7 @@ def test_sharded_fp32_round_trip_is_exact_and_shards_respect_the_limit(tmp_path)
         held = [n for n, f in index["weight_map"].items() if f == shard.name]
         # a tensor larger than the limit alone in its shard; every other shard under the limit
         assert shard.stat().st_size <= limit or held == ["embed.W_E"]
-    model, info = tm.checkpoint.load_checkpoint_info(path)
+    model, info = tm.runs.checkpoint.load_checkpoint_info(path)
     assert info.step == 7 and model.dtype == torch.float32
     _same(model, MODEL, rtol=0, atol=0)
     for name in (shards[1].name, INDEX_FILE):  # a shard or the index names the checkpoint too

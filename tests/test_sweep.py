@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp import sweeps
+from tfmatcomp.training import sweeps
 from tfmatcomp.cli import main
 
 FAST = dict(n_steps=16, batch_size=8, eval_batch_size=8, log_every=2, checkpoint_every=0,

@@ -11,7 +11,7 @@ import torch
 from transformer_lens import ActivationCache, FactoredMatrix
 
 import tfmatcomp as tm
-from tfmatcomp.cache import EncoderActivationCache, PostLNError
+from tfmatcomp.models.cache import EncoderActivationCache, PostLNError
 
 L, H = 2, 4
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint_info
+from tfmatcomp.runs.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint_info
 
 SMALL = dict(n_steps=30, batch_size=16, eval_batch_size=16, log_every=5, checkpoint_every=0,
              device="cpu", progress=False)

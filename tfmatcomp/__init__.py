@@ -12,17 +12,17 @@ Example:
 
 from tfmatcomp.config import (PRESETS, DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig,
                               get_preset)
-from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
-from tfmatcomp.metrics import L_mask_prime, losses, masked_mse
-from tfmatcomp.model import HookedEncoder, UnknownHookError
-from tfmatcomp.decoder import HookedDecoder
-from tfmatcomp.tokenizer import MASK_TOKEN_ID, ValueTokenizer
-from tfmatcomp.checkpoint import (CheckpointError, ConfigMismatchError, list_checkpoints,
+from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.task.metrics import L_mask_prime, losses, masked_mse
+from tfmatcomp.models.encoder import HookedEncoder, UnknownHookError
+from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.task.tokenizer import MASK_TOKEN_ID, ValueTokenizer
+from tfmatcomp.runs.checkpoint import (CheckpointError, ConfigMismatchError, list_checkpoints,
                                   load_checkpoint, save_checkpoint)
-from tfmatcomp.training import Trainer, TrainResult, read_metrics, train
-from tfmatcomp.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
+from tfmatcomp.training.trainer import Trainer, TrainResult, read_metrics, train
+from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
 from tfmatcomp.pretrained import load_pretrained
-from tfmatcomp.sweeps import SweepResult, sweep
+from tfmatcomp.training.sweeps import SweepResult, sweep
 
 __version__ = "0.1.0"
 
@@ -39,8 +39,9 @@ __all__ = [
 # Analysis modules load on first use (``tfmatcomp.experiments`` ...), so ``import tfmatcomp`` stays
 # light: plotly, scipy and cvxpy are imported only by the analyses that need them.
 _SUBMODULES = {
-    "interventions", "experiments", "decomposition", "geometry", "probes", "embeddings", "heads",
-    "masks", "baselines", "dynamics", "ood", "plotting", "report", "convert", "pretrained",
+    "task", "models", "training", "runs", "analyses", "interventions", "experiments",
+    "decomposition", "geometry", "song_zhong", "distributed", "plotting", "report", "interop",
+    "pretrained",
 }
 
 

@@ -19,7 +19,7 @@ import sys
 from typing import Callable
 
 from tfmatcomp.config import PRESETS, EncoderConfig
-from tfmatcomp.data import _DISTRIBUTIONS
+from tfmatcomp.task.data import _DISTRIBUTIONS
 
 #: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
 _CHECKPOINT_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
@@ -252,9 +252,9 @@ def _demo(args: argparse.Namespace) -> int:
         return _write_report(args, args.preset)
     import torch
 
-    from tfmatcomp.multiseed import parse_seeds, seed_dir, train_many, write_group_file
+    from tfmatcomp.training.multiseed import parse_seeds, seed_dir, train_many, write_group_file
     from tfmatcomp.report import SeedGroup
-    from tfmatcomp.training import Trainer, default_device, train
+    from tfmatcomp.training.trainer import Trainer, default_device, train
     from tfmatcomp.validation import writable_output
 
     with writable_output("out", args.out):  # the report can be written: checked before training
@@ -287,7 +287,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", help="local transformers model directory (bert or gpt2, with its "
                    "tokenizer), or a tfmatcomp HookedDecoder checkpoint or run directory whose "
-                   "metadata holds its tokenizer (tfmatcomp.geometry.lm.train_lm); nothing is "
+                   "metadata holds its tokenizer (tfmatcomp.song_zhong.lm.train_lm); nothing is "
                    "downloaded")
     p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
                    "document per file); documents are the cluster labels")
@@ -311,8 +311,8 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
 
 @command("geometry", _geometry_args)
 def _geometry(args: argparse.Namespace) -> int:
-    """Seed 003's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
-    from tfmatcomp.geometry.command import run_geometry
+    """Song & Zhong's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
+    from tfmatcomp.song_zhong.command import run_geometry
 
     report = run_geometry(args.model_dir, args.text, args.out, adapter=args.adapter,
                           n_contexts=args.contexts,
@@ -342,7 +342,7 @@ def _grid_value(text: str):
 
 
 def _parse_grid(items: list[str] | None) -> dict[str, list]:
-    from tfmatcomp.sweeps import DEFAULT_GRID
+    from tfmatcomp.training.sweeps import DEFAULT_GRID
 
     if not items:
         return {k: list(v) for k, v in DEFAULT_GRID.items()}
@@ -382,7 +382,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
 @command("sweep", _sweep_args)
 def _sweep(args: argparse.Namespace) -> int:
     """Train a grid of configurations and plot final L_mask and the drop step against it."""
-    from tfmatcomp.sweeps import sweep
+    from tfmatcomp.training.sweeps import sweep
 
     grid = _parse_grid(args.grid)
     result = sweep(grid, args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,

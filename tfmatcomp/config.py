@@ -7,7 +7,7 @@ Presets are reachable by name from Python and from the command line (``--preset`
 * ``paper-12l12h``: the papers' large model (12 layers, 12 heads, lr 5e-5).
 * ``tiny``: a CPU-sized model that shows the plateau and the sudden drop in minutes (see
   docs/tiny-preset.md for how it was chosen).
-* ``gpt-tiny``: the GPT variant (a :class:`DecoderConfig`, trained on :mod:`tfmatcomp.gpt_task`'s
+* ``gpt-tiny``: the GPT variant (a :class:`DecoderConfig`, trained on :mod:`tfmatcomp.task.gpt`'s
   sequences) at the tiny preset's matrix size: it shows the copy transition at observed entries;
   no configuration searched so far drops at masked entries (see docs/gpt-variant.md).
 
@@ -175,7 +175,7 @@ class TaskConfig:
 
     Attributes:
         mixture: sizes ``n`` of a uniform mixture of ``n x n`` matrices
-            (:class:`~tfmatcomp.data.MatrixMixtureTask`, one size per batch); empty: one size,
+            (:class:`~tfmatcomp.task.data.MatrixMixtureTask`, one size per batch); empty: one size,
             ``n_rows x n_cols``. With a mixture, ``n_rows`` is its largest size and ``n_cols``
             is None.
 
@@ -202,9 +202,9 @@ class TaskConfig:
         self.build()  # the task checks every field, naming it and its allowed values
 
     def build(self):
-        """The :class:`~tfmatcomp.data.MatrixCompletionTask` (or, with ``mixture``, the
-        :class:`~tfmatcomp.data.MatrixMixtureTask`) this config describes."""
-        from tfmatcomp.data import MatrixCompletionTask, MatrixMixtureTask
+        """The :class:`~tfmatcomp.task.data.MatrixCompletionTask` (or, with ``mixture``, the
+        :class:`~tfmatcomp.task.data.MatrixMixtureTask`) this config describes."""
+        from tfmatcomp.task.data import MatrixCompletionTask, MatrixMixtureTask
 
         if self.mixture:
             return MatrixMixtureTask(sizes=self.mixture, rank=self.rank, p_mask=self.p_mask,
@@ -247,7 +247,7 @@ class TrainConfig:
         checkpoint_steps: steps at which a checkpoint is always written (paper: 4,000 pre-shift,
             14,000, 16,000, 20,000, and the last step).
         checkpoint_every: also write a checkpoint every this many steps (0: never).
-        fast: the fast training step of :mod:`tfmatcomp.fast_step` (bf16 matmuls with float32
+        fast: the fast training step of :mod:`tfmatcomp.training.fast_step` (bf16 matmuls with float32
             weights and Adam state; on CUDA also ``torch.compile`` and no host synchronization
             between logging steps). None (default): on where it pays and the run allows it (an
             encoder, all parameters trainable, no hooks): on CUDA, and on a CPU with AMX or
@@ -361,7 +361,7 @@ PRESETS: dict[str, Preset] = {
         train=TrainConfig(n_steps=1_000, batch_size=128, eval_batch_size=64, lr=1e-3,
                           log_every=50, checkpoint_steps=(50, 100, 150, 200, 250, 300),
                           checkpoint_every=500),
-        description="GPT variant (seed 002 App. G) scaled down for a CPU: 4x4 rank-1, a 2-layer "
+        description="GPT variant (the NeurIPS paper App. G) scaled down for a CPU: 4x4 rank-1, a 2-layer "
                     "2-head decoder x 64 on prompt / SEP / values; the copy transition near step "
                     "150, bracketed by checkpoints; no drop at masked entries was found (see "
                     "docs/gpt-variant.md).",

@@ -10,8 +10,8 @@ Every analysis walks the same steps::
 
 Both model kinds walk it: :func:`model_tokens` is what a model reads for a batch (the batch's
 tokens for a :class:`~tfmatcomp.HookedEncoder`; for a :class:`~tfmatcomp.HookedDecoder` the GPT
-sequence of :mod:`tfmatcomp.gpt_task`: prompt, SEP, values), and a decoder's predictions are its
-teacher-forced arg-max values at the matrix entries (:func:`tfmatcomp.gpt_task.predicted_values`),
+sequence of :mod:`tfmatcomp.task.gpt`: prompt, SEP, values), and a decoder's predictions are its
+teacher-forced arg-max values at the matrix entries (:func:`tfmatcomp.task.gpt.predicted_values`),
 ``[batch, n_rows * n_cols]`` like the encoder's, so losses, interventions and experiments are
 the same code for both.
 
@@ -19,7 +19,7 @@ Conventions (also in docs/concepts/conventions.md): ``n_samples`` is how many ma
 how many go through one forward pass (a memory bound only: results do not depend on it beyond float
 rounding), ``seed`` an int that seeds a CPU ``torch.Generator`` (so a seed gives the same matrices on
 every device), ``generator`` an explicit generator passed instead of a seed. Hook names come from
-:mod:`tfmatcomp.hook_names`.
+:mod:`tfmatcomp.models.hook_names`.
 
 Forward passes run under ``torch.no_grad()``. Without hooks or cache names a chunk runs as the plain
 ``model(tokens)`` (the fused kernels); with cache names it runs ``model.run_with_cache(...,
@@ -57,11 +57,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tfmatcomp.config import TaskConfig, get_preset
-from tfmatcomp.data import MatrixBatch, MatrixCompletionTask, MatrixMixtureTask
-from tfmatcomp.metrics import losses
-from tfmatcomp.decoder import HookedDecoder
-from tfmatcomp.gpt_task import encode_sequence, predicted_values, sequence_length
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask, MatrixMixtureTask
+from tfmatcomp.task.metrics import losses
+from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.task.gpt import encode_sequence, predicted_values, sequence_length
+from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.validation import check_positive_int, renamed_argument
 
 __all__ = [
@@ -85,7 +85,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
     """``(model, task config or None, label)`` for a model or a checkpoint / run directory.
 
     A model's task config is its ``task_cfg`` (None for a fresh model). A model is moved to ``device`` (when given) and labelled ``"model"``; a path is loaded with
-    :func:`tfmatcomp.checkpoint.load_checkpoint_info` and labelled ``"step N"``.
+    :func:`tfmatcomp.runs.checkpoint.load_checkpoint_info` and labelled ``"step N"``.
 
     Example:
         >>> import tfmatcomp as tm
@@ -96,7 +96,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
     if isinstance(model, (HookedEncoder, HookedDecoder)):
         return (model if device is None else model.to(device)), model.task_cfg, "model"
     if isinstance(model, (str, os.PathLike)):
-        from tfmatcomp.checkpoint import load_checkpoint_info
+        from tfmatcomp.runs.checkpoint import load_checkpoint_info
 
         m, info = load_checkpoint_info(model, device=device)
         label = f"step {info.step}" if info.step is not None else str(model)
@@ -122,7 +122,7 @@ def load_checkpoints(checkpoints, device: torch.device | str | None = None) -> d
 
     Accepts a dict ``step -> HookedEncoder | path``, a list of checkpoint paths, or a run directory
     (its ``checkpoints/step_*`` folders). Paths are loaded with
-    :func:`tfmatcomp.checkpoint.load_checkpoint_info` (the step is read from the checkpoint's metadata).
+    :func:`tfmatcomp.runs.checkpoint.load_checkpoint_info` (the step is read from the checkpoint's metadata).
 
     Example:
         >>> from tfmatcomp import HookedEncoder, EncoderConfig
@@ -131,7 +131,7 @@ def load_checkpoints(checkpoints, device: torch.device | str | None = None) -> d
         [10, 20]
     """
     if isinstance(checkpoints, (str, Path)):
-        from tfmatcomp.checkpoint import list_checkpoints
+        from tfmatcomp.runs.checkpoint import list_checkpoints
 
         checkpoints = list_checkpoints(checkpoints)
     out: dict[int, HookedEncoder] = {}
@@ -139,7 +139,7 @@ def load_checkpoints(checkpoints, device: torch.device | str | None = None) -> d
         for step, m in checkpoints.items():
             out[int(step)] = load_model(m, device) if isinstance(m, (str, Path)) else m
     else:
-        from tfmatcomp.checkpoint import load_checkpoint_info
+        from tfmatcomp.runs.checkpoint import load_checkpoint_info
 
         for path in checkpoints:
             model, info = load_checkpoint_info(path, device=device)
@@ -231,7 +231,7 @@ def sample_batch(
             on every device.
         device: where the batch goes (default: stays on the CPU / the generator's device).
         generator: an explicit generator instead of ``seed`` (it advances; give one or the other).
-        observed: a fixed mask ``[pos]`` or ``[n_samples, pos]`` (see :mod:`tfmatcomp.masks`) instead
+        observed: a fixed mask ``[pos]`` or ``[n_samples, pos]`` (see :mod:`tfmatcomp.task.masks`) instead
             of the task's random masks.
 
     Example:
@@ -264,7 +264,7 @@ def positions_needed(model, n_positions: int) -> int:
 
 def model_tokens(model, inputs: Inputs) -> Int[Tensor, "batch seq"]:
     """The token ids ``model`` reads for ``inputs``: a batch's tokens for an encoder, its GPT
-    sequence (:func:`tfmatcomp.gpt_task.encode_sequence`) for a decoder; token ids pass through.
+    sequence (:func:`tfmatcomp.task.gpt.encode_sequence`) for a decoder; token ids pass through.
 
     Example:
         >>> import tfmatcomp as tm
@@ -331,7 +331,7 @@ def iter_chunks(
             to the model's device.
         batch_size: matrices per forward pass.
         names: hook names to cache (via ``model.run_with_cache(names_filter=names)``); see
-            :mod:`tfmatcomp.hook_names`.
+            :mod:`tfmatcomp.models.hook_names`.
         fwd_hooks: ``(hook name, function)`` pairs active during each forward pass.
         intervention: None, an :class:`~tfmatcomp.interventions.Intervention`, or a function of the
             chunk returning one (e.g. a patch from that chunk); applied with ``.applied(model)``.
@@ -448,7 +448,7 @@ def predict(
 
 def inference_bf16(model: HookedEncoder | HookedDecoder) -> bool:
     """Whether a predictions-only forward pass of ``model`` runs in bf16 by default: an encoder
-    with ``d_model >=`` :data:`~tfmatcomp.fast_step.CPU_MIN_D_MODEL` on a CPU with bf16 matrix
+    with ``d_model >=`` :data:`~tfmatcomp.training.fast_step.CPU_MIN_D_MODEL` on a CPU with bf16 matrix
     units (the rule of the fast training step). Narrower models (``tiny``) stay float32.
 
     Example:
@@ -456,7 +456,7 @@ def inference_bf16(model: HookedEncoder | HookedDecoder) -> bool:
         >>> inference_bf16(tm.HookedEncoder(tm.get_preset("tiny").model))
         False
     """
-    from tfmatcomp.fast_step import CPU_MIN_D_MODEL, cpu_bf16_units
+    from tfmatcomp.training.fast_step import CPU_MIN_D_MODEL, cpu_bf16_units
 
     return (isinstance(model, HookedEncoder) and model.device.type == "cpu"
             and model.cfg.d_model >= CPU_MIN_D_MODEL and cpu_bf16_units() is not None)
@@ -482,7 +482,7 @@ def per_size_losses(
     seed: int = 0,
     batch_size: int = 256,
 ) -> dict[int, dict[str, float]]:
-    """``{n: {"L", "L_obs", "L_mask"}}`` on a test set of ``n x n`` matrices per size (seed 002,
+    """``{n: {"L", "L_obs", "L_mask"}}`` on a test set of ``n x n`` matrices per size (the NeurIPS paper,
     Appendix I: a mixture's per-size test MSE, and sizes it was not trained on).
 
     Args:

@@ -1,6 +1,6 @@
 """MkDocs hook: tables that the docs take from the code, so that each is written once.
 
-A page line ``<!-- generated: head-score-table -->`` becomes :func:`tfmatcomp.heads.score_table`
+A page line ``<!-- generated: head-score-table -->`` becomes :func:`tfmatcomp.analyses.heads.score_table`
 (the registry of head scores). Listed under ``hooks:`` in mkdocs.yml.
 """
 
@@ -15,7 +15,7 @@ _ROOT = str(Path(__file__).resolve().parents[2])   # the repository: import the 
 def _head_score_table() -> str:
     if _ROOT not in sys.path:
         sys.path.insert(0, _ROOT)
-    from tfmatcomp.heads import score_table
+    from tfmatcomp.analyses.heads import score_table
 
     return score_table()
 

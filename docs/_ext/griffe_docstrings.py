@@ -7,7 +7,7 @@ renders, never in the source):
 * ``Example:`` becomes ``Examples:``, so doctests render as code (griffe only knows the plural).
 * grouped parameters / attributes (``model_cfg, task_cfg, train_cfg: ...``) become one entry per
   name with the shared description, so they match the signature.
-* Sphinx roles (``:class:`~tfmatcomp.data.MatrixBatch```, ``:func:`train```) become code spans,
+* Sphinx roles (``:class:`~tfmatcomp.task.data.MatrixBatch```, ``:func:`train```) become code spans,
   linked to the API page of the object when griffe can resolve the name and the page renders it.
 * a ``Returns:`` section opening with ``Type: description`` names a type (griffe would read a
   name).

@@ -1,6 +1,6 @@
 """Token and positional embeddings: norms, PCA, and their evolution across checkpoints.
 
-Seed 000 Section 4 / Appendix F and seed 002 Section 3.3 / Appendix C look at:
+The workshop paper Section 4 / Appendix F and the NeurIPS paper Section 3.3 / Appendix C look at:
 
 * the l2 norm of the token embeddings of the values -1.5..1.5 (symmetric about 0 post-shift);
 * the PCA of the token embeddings (one axis follows the sign of the value, the other its magnitude);
@@ -8,7 +8,7 @@ Seed 000 Section 4 / Appendix F and seed 002 Section 3.3 / Appendix C look at:
   row and column (the papers use t-SNE; we use PCA, which is deterministic and needs no extra
   dependency, plus a same-row / same-column cosine-similarity summary);
 * the projection of the token embeddings of intermediate checkpoints onto the top-2 principal
-  components of the final checkpoint's token embeddings (seed 000 Fig. 7).
+  components of the final checkpoint's token embeddings (the workshop paper Fig. 7).
 
 Conventions: "token embedding" means the raw row of ``W_E`` (before the embedding LayerNorm and
 without the positional embedding); "positional embedding" the raw row of ``W_pos``. Token ids always
@@ -17,7 +17,7 @@ of each component so that its largest-magnitude loading is positive.
 
 Example:
     >>> from tfmatcomp import HookedEncoder, EncoderConfig
-    >>> from tfmatcomp.embeddings import token_embedding_norms
+    >>> from tfmatcomp.analyses.embeddings import token_embedding_norms
     >>> model = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
     >>> df = token_embedding_norms(model, v_min=-0.02, v_max=0.02)
     >>> df["value"].tolist()
@@ -37,7 +37,7 @@ from torch import Tensor
 
 from tfmatcomp.datapath import load_checkpoints
 from tfmatcomp.geometry.pca import PCAResult, pca
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_positive_int
 
 __all__ = [
@@ -286,7 +286,7 @@ def checkpoint_token_projection(checkpoints, values: Tensor | Sequence[float] | 
                                 v_min: float = -1.5, v_max: float = 1.5,
                                 tokenizer: ValueTokenizer | None = None) -> pd.DataFrame:
     """Token embeddings of every checkpoint projected on the final checkpoint's top principal
-    components (seed 000 Fig. 7; after Liu et al.'s grokking analysis).
+    components (the workshop paper Fig. 7; after Liu et al.'s grokking analysis).
 
     The final checkpoint (largest step unless ``final_step`` is given) defines the centre and the
     components; every checkpoint's embeddings are centred with that same centre.

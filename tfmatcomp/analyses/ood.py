@@ -1,13 +1,13 @@
-"""Out-of-distribution evaluation of a trained model, next to nuclear-norm minimization (seed 001
-Fig. 19, seed 002 Appendix J).
+"""Out-of-distribution evaluation of a trained model, next to nuclear-norm minimization (the NeurIPS paper
+Fig. 19, the NeurIPS paper Appendix J).
 
 Each condition changes one thing about the training distribution: the law of the entries of ``U``
 and ``V`` (Gaussian N(0, 1), Laplace(0, 1)), the rank, the number of rows, the number of columns,
 or drops the low-rank structure altogether (``rank=None``: iid entries, the papers' "random"
 matrices). For each condition a batch is sampled through :class:`~tfmatcomp.MatrixCompletionTask`,
 the model predicts with ``model(batch.tokens)``, and the same batch is completed by nuclear-norm
-minimization (:func:`tfmatcomp.baselines.complete_nuclear_norm`); both are scored with
-:func:`tfmatcomp.metrics.losses`.
+minimization (:func:`tfmatcomp.analyses.baselines.complete_nuclear_norm`); both are scored with
+:func:`tfmatcomp.task.metrics.losses`.
 
 Shapes and positions. A matrix is fed row-major, position ``k = n_cols * row + col``, and the model
 has ``n_ctx`` learned positions, so a shape is allowed only if ``n_rows * n_cols <= n_ctx``.
@@ -37,8 +37,8 @@ from typing import Any
 
 import pandas as pd
 
-from tfmatcomp.baselines import comparison_row, complete_nuclear_norm, model_predictions, nuclear_norm
-from tfmatcomp.data import MatrixCompletionTask
+from tfmatcomp.analyses.baselines import comparison_row, complete_nuclear_norm, model_predictions, nuclear_norm
+from tfmatcomp.task.data import MatrixCompletionTask
 from tfmatcomp.datapath import resolve_task, sample_batch
 from tfmatcomp.validation import check_positive_int
 
@@ -164,7 +164,7 @@ def evaluate_ood(
             with ``seed``, so a condition's batch does not depend on the others.
         baseline: also solve nuclear-norm minimization on the same batches.
         lam, method, solver_options: the nuclear-norm problem and solver
-            (see :func:`tfmatcomp.baselines.complete_nuclear_norm`).
+            (see :func:`tfmatcomp.analyses.baselines.complete_nuclear_norm`).
 
     Returns:
         One row per (condition, method) with columns ``group, condition, value, n_rows, n_cols,

@@ -1,6 +1,6 @@
 """Linear probes on hidden states: what does each layer know about the input matrix?
 
-Seed 000 Appendix I / seed 002 Section 3.2.2 and Appendix K probe, for every element of the input,
+The workshop paper Appendix I / the NeurIPS paper Section 3.2.2 and Appendix K probe, for every element of the input,
 its hidden state after a given layer with a linear map fitted by least squares. Targets:
 
 * ``"masked_row"``: the row of the *masked* input matrix that contains the element (missing entries
@@ -14,7 +14,7 @@ Layer convention (probe tables say ``layer``): ``layer 0`` is the embedding outp
 ``hook_full_embed``; ``layer l`` for ``l >= 1`` is the output of block ``l - 1`` (0-based), hook
 ``blocks.{l-1}.hook_normalized_resid_post``. So ``layer l`` is "after ``l`` layers", which is also
 the papers' 1-based "layer l". This is the library's hidden-state convention
-(:mod:`tfmatcomp.hook_names`); probe tables name each state by the hook that writes it
+(:mod:`tfmatcomp.models.hook_names`); probe tables name each state by the hook that writes it
 (``at="layer_output"``), which carries the same tensor as ``blocks.{l}.hook_resid_pre``. The table
 carries the hook name of each row. Hidden states come through :func:`tfmatcomp.datapath.run_chunked`.
 
@@ -25,7 +25,7 @@ elements of a matrix fall on the same side), drawn from an explicit generator.
 Example:
     >>> import torch
     >>> from tfmatcomp import HookedEncoder, EncoderConfig, MatrixCompletionTask
-    >>> from tfmatcomp.probes import probe_layers
+    >>> from tfmatcomp.analyses.probes import probe_layers
     >>> model = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
     >>> batch = MatrixCompletionTask(n_rows=4, rank=1).sample(64, generator=torch.Generator().manual_seed(0))
     >>> table = probe_layers(model, batch, ridge=1e-3, generator=torch.Generator().manual_seed(1))
@@ -43,10 +43,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tfmatcomp.data import MatrixBatch
+from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.datapath import run_chunked
-from tfmatcomp.hook_names import resid_name
-from tfmatcomp.masks import positions_to_rows_cols
+from tfmatcomp.models.hook_names import resid_name
+from tfmatcomp.task.masks import positions_to_rows_cols
 from tfmatcomp.validation import check_choice, check_in_range, check_non_negative, renamed_argument
 
 __all__ = [
@@ -69,7 +69,7 @@ PROBE_TARGETS = ("masked_row", "value", "singular_vector")
 # --------------------------------------------------------------------------- hidden states
 def layer_hook_name(layer: int, n_layers: int) -> str:
     """Hook whose activation is the hidden state "after ``layer`` layers" (see module docstring):
-    :func:`tfmatcomp.hook_names.resid_name` with ``at="layer_output"``.
+    :func:`tfmatcomp.models.hook_names.resid_name` with ``at="layer_output"``.
 
     Example:
         >>> layer_hook_name(0, 4), layer_hook_name(4, 4)

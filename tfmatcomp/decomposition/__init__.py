@@ -46,7 +46,7 @@ from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
 from tfmatcomp.decomposition.batch import decompose, decompose_cache
 from tfmatcomp.decomposition.drivers import accumulate, hf_bert_modules, residual_pass
 from tfmatcomp.decomposition.result import Decomposition
-from tfmatcomp.hook_names import residual_stream_names
+from tfmatcomp.models.hook_names import residual_stream_names
 
 __all__ = [
     "Decomposition",

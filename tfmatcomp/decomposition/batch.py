@@ -27,7 +27,7 @@ from tfmatcomp.decomposition.formula import (
     valid_weights,
 )
 from tfmatcomp.decomposition.result import Decomposition
-from tfmatcomp.hook_names import block_hook_name
+from tfmatcomp.models.hook_names import block_hook_name
 from tfmatcomp.validation import check_sum_dtype
 
 __all__ = ["decompose", "decompose_cache"]

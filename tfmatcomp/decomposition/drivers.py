@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
 from tfmatcomp.decomposition.formula import check_mask
 from tfmatcomp.decomposition.result import Decomposition
-from tfmatcomp.hook_names import residual_stream_names
+from tfmatcomp.models.hook_names import residual_stream_names
 
 __all__ = ["accumulate", "residual_pass", "hf_bert_modules"]
 
@@ -90,7 +90,7 @@ def _run(model: nn.Module, tokens: Tensor, mask: Tensor | None, fwd_hooks, forwa
     kwargs = dict(forward_kwargs or {})
     if mask is not None:
         kwargs["attention_mask"] = mask
-    from tfmatcomp.model import HookedEncoder
+    from tfmatcomp.models.encoder import HookedEncoder
 
     if isinstance(model, HookedEncoder):
         kwargs.setdefault("return_type", None)

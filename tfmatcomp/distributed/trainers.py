@@ -18,17 +18,21 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from tfmatcomp import multiseed, rundir, training
-from tfmatcomp.checkpoint import checkpoint_dir_name
+from tfmatcomp.training import multiseed
+
+from tfmatcomp.runs import rundir
+
+from tfmatcomp.training import trainer as training
+from tfmatcomp.runs.checkpoint import checkpoint_dir_name
 from tfmatcomp.config import Preset
-from tfmatcomp.data import MatrixBatch
+from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.distributed.group import (
     _active, _comm_device, _gather_rows, _on_main, _together, init, rank, rank_device,
     shard_range, world_size,
 )
-from tfmatcomp.metrics import masked_mse
-from tfmatcomp.multiseed import MultiSeedResult, MultiSeedTrainer, parse_seeds
-from tfmatcomp.training import Trainer, TrainResult, _check_n_steps, _check_resume_overwrite
+from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, parse_seeds
+from tfmatcomp.training.trainer import Trainer, TrainResult, _check_n_steps, _check_resume_overwrite
 
 __all__ = ["DistributedTrainer", "train", "train_many"]
 

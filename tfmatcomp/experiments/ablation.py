@@ -57,7 +57,7 @@ def attention_ablation(
     batch_size: int = 256,
     chunk_size: int | None = None,
 ) -> pd.DataFrame:
-    """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (seed 000 Sections 3.1.2, 3.2.1).
+    """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (the workshop paper Sections 3.1.2, 3.2.1).
 
     Args:
         models: a model, a checkpoint path, or ``{label: model or path}``.
@@ -137,7 +137,7 @@ def head_group_ablation(
     batch_size: int = 256,
     chunk_size: int | None = None,
 ) -> pd.DataFrame:
-    """Ablate each group of heads on its own; losses without / with and their ratio (seed 002 App. L).
+    """Ablate each group of heads on its own; losses without / with and their ratio (the NeurIPS paper App. L).
 
     Args:
         models: a model, a checkpoint path, or ``{label: model or path}``.

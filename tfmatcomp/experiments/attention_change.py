@@ -4,9 +4,9 @@ For every head and every matrix entry ``(i, j)`` as a query, the attention mass 
 entries of the same row, of the same column, the entry itself, and (decoder only) the separator,
 averaged over entries and matrices. The papers read the change at the drop off such maps (seed
 001 Figure 12: the decoder's heads go from the separator to the corresponding input positions;
-seed 002 Section 3.1: the encoder's row and column heads).
+the NeurIPS paper Section 3.1: the encoder's row and column heads).
 
-Where a query sits and what a key holds follows :mod:`tfmatcomp.gpt_task` for a decoder: entry
+Where a query sits and what a key holds follows :mod:`tfmatcomp.task.gpt` for a decoder: entry
 ``k`` is predicted at position ``P + k``; keys ``0..P-1`` are the prompt's entries, ``P`` the
 separator, ``P + 1 + m`` the generated entry ``m`` (visible for ``m < k``). Same-row and same-column
 keys are counted in both parts; ``self`` is the prompt position of the entry (for an encoder, the
@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.datapath import (ModelLike, TaskLike, iter_chunks, resolve_models, sample_batch)
-from tfmatcomp.decoder import HookedDecoder
-from tfmatcomp.hook_names import pattern_hook_names
+from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.models.hook_names import pattern_hook_names
 
 __all__ = ["attention_targets", "attention_change"]
 

@@ -1,4 +1,4 @@
-"""The copying check (seed 000 Section 3.1.1 and Table 1): does the model output the MASK value?
+"""The copying check (the workshop paper Section 3.1.1 and Table 1): does the model output the MASK value?
 
 Masked entries are given the token of a real value ``m`` (via
 :class:`~tfmatcomp.interventions.MaskSubstitution`); a copying model then predicts ``m`` there, so
@@ -26,7 +26,7 @@ import pandas as pd
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
 from tfmatcomp.interventions import MaskSubstitution, to_json
-from tfmatcomp.metrics import L_mask_prime
+from tfmatcomp.task.metrics import L_mask_prime
 from tfmatcomp.validation import renamed_argument
 
 __all__ = ["copying_check"]
@@ -43,7 +43,7 @@ def copying_check(
     batch_size: int = 256,
     chunk_size: int | None = None,
 ) -> pd.DataFrame:
-    """``L'_mask`` and ``L_obs`` with MASK replaced by the token of ``m`` (Table 1 of seed 000).
+    """``L'_mask`` and ``L_obs`` with MASK replaced by the token of ``m`` (Table 1 of the workshop paper).
 
     Args:
         models: a model, a checkpoint path, or ``{label: model or path}`` (see
@@ -97,5 +97,5 @@ def copying_check(
                 })
     df = pd.DataFrame(rows)
     df.attrs.update(experiment="copying check", n_samples=n_samples, seed=seed,
-                    paper_columns="Table 1 of seed 000 (4L8H, 7x7 rank 2, pre-shift, 512 samples)")
+                    paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, 512 samples)")
     return df

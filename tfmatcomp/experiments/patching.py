@@ -1,4 +1,4 @@
-"""Activation patching X -> -X (seed 000 Appendix J, seed 002 Appendix F).
+"""Activation patching X -> -X (the workshop paper Appendix J, the NeurIPS paper Appendix F).
 
 Run the model on ``X`` and record ``hook_z`` (the heads' outputs before the output projection); run it
 on ``-X`` (same mask) while writing the recorded values in, giving ``f_p(-X, X)``; compare with ``X``
@@ -22,7 +22,7 @@ import pandas as pd
 from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
-from tfmatcomp.metrics import masked_mse
+from tfmatcomp.task.metrics import masked_mse
 from tfmatcomp.validation import renamed_argument
 
 __all__ = ["activation_patching"]

@@ -1,4 +1,4 @@
-"""Positional permutation (seed 000 Section 3.2.1): shuffle which position each embedding encodes.
+"""Positional permutation (the workshop paper Section 3.2.1): shuffle which position each embedding encodes.
 
 With :class:`~tfmatcomp.interventions.PositionalPermutation`, the embedding that encoded position ``i``
 is used at position ``perm[i]``, ``perm`` uniformly random over the task's ``n_rows * n_cols``

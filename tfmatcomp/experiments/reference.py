@@ -1,6 +1,6 @@
 """The papers' reported numbers for their 4-layer, 8-head BERT on 7x7 rank-2 matrices.
 
-Source: seed 000 (Gopalani, Lubana, Hu, workshop version), Sections 3.1-3.2 and Appendices C, J; the
+Source: the workshop paper (Gopalani, Lubana, Hu, workshop version), Sections 3.1-3.2 and Appendices C, J; the
 "pre-shift" model is their step-4,000 checkpoint, "post-shift" the step-50,000 one; means over 256
 samples (512 for the copying check). The experiment tables put these in columns named
 ``paper_4l8h_*`` on rows whose model is labelled ``"pre-shift"`` / ``"post-shift"`` and whose condition
@@ -19,7 +19,7 @@ __all__ = ["PAPER_LABEL", "PRE", "POST", "PAPER_COPYING", "PAPER_ABLATION_ALL", 
            "PAPER_PERMUTATION", "PAPER_PATCHING", "PAPER_HEAD_GROUP_VALUES", "PAPER_HEAD_GROUPS",
            "PAPER_TRAINING"]
 
-PAPER_LABEL = "paper value, 4L8H BERT on 7x7 rank-2 matrices (seed 000)"
+PAPER_LABEL = "paper value, 4L8H BERT on 7x7 rank-2 matrices (the workshop paper)"
 PRE, POST = "pre-shift", "post-shift"
 
 #: Table 1 (pre-shift, 512 samples): inputs -> mask token -> {L_mask_prime, L_obs}.
@@ -50,8 +50,8 @@ PAPER_PERMUTATION: dict[str, dict[str, float]] = {POST: {"L_obs": 2.4e-4, "L_mas
 #: Patching hook_z of all layers X -> -X, post-shift, at masked entries (Appendix J).
 PAPER_PATCHING: dict[str, dict[str, float]] = {"masked": {"mse_to_X": 0.014, "mse_to_neg_X": 0.8066}}
 
-#: Head groups of seed 002 Section 3.2.2 / Appendix L (1-based labels, the papers' notation), and the
-#: group of "uninterpretable" heads of seed 000 Section 3.2.2.
+#: Head groups of the NeurIPS paper Section 3.2.2 / Appendix L (1-based labels, the papers' notation), and the
+#: group of "uninterpretable" heads of the workshop paper Section 3.2.2.
 PAPER_HEAD_GROUPS: dict[str, str] = {
     "masked-row": "(2,1), (3,4), (4,8)",
     "observed-copy": "(4,3), (4,4)",
@@ -62,13 +62,13 @@ PAPER_HEAD_GROUPS: dict[str, str] = {
 }
 
 #: Reported values for head groups (post-shift): only the seed-000 group survived extraction; the
-#: numbers of seed 002 Appendix L were lost.
+#: numbers of the NeurIPS paper Appendix L were lost.
 PAPER_HEAD_GROUP_VALUES: dict[str, dict[str, float]] = {
     "uninterpretable": {"L_obs_without": 9.44e-5, "L_obs_with": 9.36e-5,
                         "L_mask_without": 0.01428, "L_mask_with": 0.01575},
 }
 
-#: The training curve (seed 000 Sec. 2 / Fig. 1; seed 002 Fig. 1): L_mask on the plateau (the
+#: The training curve (the workshop paper Sec. 2 / Fig. 1; the NeurIPS paper Fig. 1): L_mask on the plateau (the
 #: pre-shift value above), the step near which it drops, and the final L and L_mask.
 PAPER_TRAINING: dict[str, float] = {"plateau_L_mask": 0.2236, "drop_step": 15_000, "final_L": 4e-3,
                                     "final_L_mask": 0.0128}

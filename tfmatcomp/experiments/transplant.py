@@ -1,4 +1,4 @@
-"""Weight transplant in both directions ("model switching", seed 000 Sections 3.1.2 and 3.2.1).
+"""Weight transplant in both directions ("model switching", the workshop paper Sections 3.1.2 and 3.2.1).
 
 The pre-shift model computes with the post-shift model's query / key / value weights and biases
 (``pre <- post``), and the other way round (``post <- pre``), through

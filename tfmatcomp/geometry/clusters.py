@@ -1,4 +1,4 @@
-"""Context clusters by document (seed 003 Section 3, Appendix C): similarity by label and compactness.
+"""Context clusters by document (Song & Zhong Section 3, Appendix C): similarity by label and compactness.
 
 * :func:`label_similarity_matrix`: mean cosine between the context vectors of every pair of labels
   (the block structure of the Fig. 2 ctx-ctx corner, one number per block);

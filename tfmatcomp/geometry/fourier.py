@@ -1,6 +1,6 @@
 """Fourier view of the positional Gram matrix: 2-D orthonormal DCT-II and low-frequency energy.
 
-Seed 003 (Section 2.2, Fig. 3 right) applies the 2-D discrete cosine transform to the normalized
+Song & Zhong (Section 2.2, Fig. 3 right) applies the 2-D discrete cosine transform to the normalized
 Gram matrix ``P_bar^T P_bar`` of the positional basis and finds the energy in low frequencies: the
 signature of a smooth Gram matrix, hence of a low-dimensional, curving positional basis.
 

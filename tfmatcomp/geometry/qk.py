@@ -1,6 +1,6 @@
 """QK decomposition of attention scores into pos / cvec parts, and the rotated ``W_QK`` analysis.
 
-**QK decomposition** (seed 003 Section 4.1, eq. 7). Split each attention input vector as
+**QK decomposition** (Song & Zhong Section 4.1, eq. 7). Split each attention input vector as
 ``x[c, t] = x_pos[t] + x_cvec[c, t]`` with ``x_pos = mu + pos_t`` (from a decomposition of that
 layer's input over many contexts) and ``x_cvec = x - x_pos``. Then with ``q = x W_Q + b_Q`` and
 ``k = x W_K + b_K`` the pre-softmax score ``q . k / sqrt(d_head)`` splits exactly into four parts:
@@ -42,7 +42,7 @@ from torch import Tensor
 
 from tfmatcomp.datapath import run_chunked
 from tfmatcomp.decomposition import Decomposition
-from tfmatcomp.hook_names import block_hook_name
+from tfmatcomp.models.hook_names import block_hook_name
 from tfmatcomp.validation import check_int_in_range, check_non_negative
 
 __all__ = ["QKComponents", "qk_components", "qk_decomposition", "RotatedWQK", "rotated_wqk",

@@ -2,7 +2,7 @@
 
 ScreeNOT (Donoho, Gavish & Romanov, Ann. Statist. 2023) picks the hard threshold for singular values
 that is MSE-optimal under an unknown noise spectrum, estimated from the observed singular values
-themselves. Seed 003 applies it to the ``T x d`` matrix of ``pos_t`` with ``k = 20`` and the
+themselves. Song & Zhong applies it to the ``T x d`` matrix of ``pos_t`` with ``k = 20`` and the
 imputation strategy; :func:`screenot` follows the algorithm exactly (see ``docs/decomposition.md``),
 except that the bisection tolerance is relative to the scale of the singular values, so the result
 is invariant to transposition and scales linearly with the input.

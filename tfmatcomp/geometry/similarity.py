@@ -64,7 +64,7 @@ class Incoherence:
 
 
 def incoherence(pos: Float[Tensor, "pos d"], ctx: Float[Tensor, "ctx d"]) -> Incoherence:
-    """Mutual incoherence of the positional and context bases (seed 003 Section 4).
+    """Mutual incoherence of the positional and context bases (Song & Zhong Section 4).
 
     ``max_{t,c} |<pos_t/||pos_t||, ctx_c/||ctx_c||>|`` (the paper's definition) and the mean of the
     same quantity over all ``T C`` pairs.
@@ -137,7 +137,7 @@ def cluster_separation(
     ridge: float = 1e-3,
     n_components: int | None = None,
 ) -> float:
-    """Cluster compactness ``Tr(Sigma_B Sigma_W^{-1})`` (bigger = better separated; seed 003 App. C).
+    """Cluster compactness ``Tr(Sigma_B Sigma_W^{-1})`` (bigger = better separated; Song & Zhong App. C).
 
     ``Sigma_W = (1/N) sum_k sum_{i in k} (x_i - m_k)(x_i - m_k)^T`` (within-cluster) and
     ``Sigma_B = (1/N) sum_k n_k (m_k - m)(m_k - m)^T`` (between-cluster), ``m_k`` the cluster means
@@ -184,7 +184,7 @@ def normalized_gram(
     pos: Float[Tensor, "pos d"],
     ctx: Float[Tensor, "ctx d"] | None = None,
 ) -> Float[Tensor, "n n"]:
-    """Normalized Gram matrix ``[P_bar, C_bar]^T [P_bar, C_bar]`` of ``[pos; ctx]`` (seed 003 Fig. 2).
+    """Normalized Gram matrix ``[P_bar, C_bar]^T [P_bar, C_bar]`` of ``[pos; ctx]`` (Song & Zhong Fig. 2).
 
     Every vector is scaled to unit norm, so entries are cosines: the top-left ``T x T`` block is
     pos-pos (smoothness), the off-diagonal blocks pos-ctx (incoherence), the bottom-right ctx-ctx

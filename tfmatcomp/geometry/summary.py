@@ -1,4 +1,4 @@
-"""Per-layer summary table of the decomposition's geometry (seed 003 Table 1, per layer).
+"""Per-layer summary table of the decomposition's geometry (Song & Zhong Table 1, per layer).
 
 Example:
     >>> import torch, tfmatcomp as tm

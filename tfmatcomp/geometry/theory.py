@@ -1,4 +1,4 @@
-"""Seed 003's two theorems, measured on a decomposition.
+"""Song & Zhong's two theorems, measured on a decomposition.
 
 **Theorem 1 (smoothness -> low rank, Section 2.3).** With ``G = P P^T`` the ``T x T`` Gram matrix of
 the positional basis (rows ``pos_t``), ``G~`` its ``2T x 2T`` reflection (eq. 4) and ``Delta^(m,m)``

@@ -62,7 +62,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.validation import check_int_list, check_positive_int
 
 __all__ = ["PyveneEncoder", "MODULE_MAPPING", "DIMENSION_MAPPING", "register", "intervenable",

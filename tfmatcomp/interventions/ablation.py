@@ -3,7 +3,7 @@ mean ablation of any activation.
 
 * :class:`UniformAttentionAblation`: at ``blocks.{l}.attn.hook_pattern`` (``[batch, head, query,
   key]``) the softmax probabilities of the chosen heads become ``1 / n_keys`` for every query and key
-  (``1/n^2`` for an ``n x n`` matrix), "attend equally to all tokens" (seed 000, Appendix J).
+  (``1/n^2`` for an ``n x n`` matrix), "attend equally to all tokens" (the workshop paper, Appendix J).
 * :class:`MeanAttentionAblation`: the chosen heads' patterns are replaced by their mean over the
   batch, which is what the papers' public code ran under the name "uniform ablation". A no-op at
   batch size 1, and it depends on the batch: report which one you use.
@@ -95,7 +95,7 @@ class _PatternAblation(Intervention):
         raise NotImplementedError
 
     def fwd_hooks(self, model) -> list[FwdHook]:
-        from tfmatcomp.hook_names import is_causal
+        from tfmatcomp.models.hook_names import is_causal
 
         hooks: list[FwdHook] = []
         causal = is_causal(model)

@@ -1,6 +1,6 @@
 """Activation patching: write activations recorded on a source run into the target run.
 
-The papers' causal intervention (seed 000 Appendix J, seed 002 Appendix F): run the model on ``X``,
+The papers' causal intervention (the workshop paper Appendix J, the NeurIPS paper Appendix F): run the model on ``X``,
 store the attention heads' outputs before the output projection (``blocks.{l}.attn.hook_z``,
 ``[batch, pos, head, d_head]``) of all layers, then run on ``-X`` with the same mask while writing the
 stored values in; measure the output against ``X`` and ``-X``. The papers' text patches all layers;
@@ -38,13 +38,13 @@ from jaxtyping import Int
 from torch import Tensor
 
 from tfmatcomp.config import TaskConfig
-from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
 from tfmatcomp.interventions.serialize import (check_fields, positions_from_data, positions_to_data,
                                                tensor_from_data, tensor_to_data)
 from tfmatcomp.interventions.sites import (PositionSpec, check_hook_list, check_positions, describe_site,
                                            resolve_hook_names, site_mask)
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_int_list, check_positive_int, check_seed
 
 __all__ = ["ActivationPatch", "SampledBatch", "negation_patch"]

@@ -1,6 +1,6 @@
 """Positional permutation: the embedding that encoded position ``i`` now represents position ``perm[i]``.
 
-Following the papers (seed 000, Section 3.2.1: "the embedding originally encoding position i in the
+Following the papers (the workshop paper, Section 3.2.1: "the embedding originally encoding position i in the
 input now represents position pi(i)"), the new positional table is
 
     W_pos_new[perm[i]] = W_pos[i]        equivalently        W_pos_new[j] = W_pos[inverse(perm)[j]]
@@ -105,7 +105,7 @@ class PositionalPermutation(Intervention):
                 "perm[i] (embed.W_pos)")
 
     def acts_on(self, model) -> list[str]:
-        from tfmatcomp.hook_names import pos_embed_param_name
+        from tfmatcomp.models.hook_names import pos_embed_param_name
 
         return [pos_embed_param_name(model)]
 

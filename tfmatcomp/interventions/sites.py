@@ -5,7 +5,7 @@ Layers and heads are 0-based in code. The papers write ``(layer, head)`` 1-based
 
 A *block-relative* hook name such as ``"attn.hook_z"`` or ``"hook_resid_pre"`` stands for that hook in
 every block (or in the blocks given by ``layers``); a full name such as ``"blocks.1.attn.hook_z"`` or
-``"embed.hook_pos_embed"`` stands for itself (:func:`tfmatcomp.hook_names.resolve_hook_names`,
+``"embed.hook_pos_embed"`` stands for itself (:func:`tfmatcomp.models.hook_names.resolve_hook_names`,
 re-exported here).
 
 Example:
@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from tfmatcomp.hook_names import resolve_hook_names  # re-exported: hook names live in hook_names.py
+from tfmatcomp.models.hook_names import resolve_hook_names  # re-exported: hook names live in hook_names.py
 from tfmatcomp.validation import check_int_list
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Token intervention: every MASK token replaced by the token of a real value ``m``.
 
-The papers' copying check (seed 000, Section 3.1.1) feeds the pre-shift model inputs whose masked
+The papers' copying check (the workshop paper, Section 3.1.1) feeds the pre-shift model inputs whose masked
 entries carry the token of ``m`` (0.44, -0.24) and measures ``L'_mask``, the MSE between the output
 at masked entries and ``m``.
 
@@ -35,7 +35,7 @@ from torch import Tensor
 
 from tfmatcomp.interventions.base import FwdHook, HookFn, Intervention
 from tfmatcomp.interventions.serialize import check_fields
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.tokenizer import ValueTokenizer
 
 __all__ = ["MaskSubstitution"]
 
@@ -95,7 +95,7 @@ class MaskSubstitution(Intervention):
                 "embed.hook_embed")
 
     def acts_on(self, model) -> list[str]:
-        from tfmatcomp.hook_names import embed_hook_name
+        from tfmatcomp.models.hook_names import embed_hook_name
 
         return [embed_hook_name(model)]
 

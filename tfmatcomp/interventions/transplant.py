@@ -3,7 +3,7 @@
 The papers copy the query, key and value weights and biases of all layers from one checkpoint into
 another (pre-shift -> post-shift and post-shift -> pre-shift), leaving the output projection and the
 LayerNorms alone (group ``"qkv"``, the default); a second variant copies everything except attention
-(``"all_but_attn"``). ``params`` takes any group of :mod:`tfmatcomp.param_groups` (shared with
+(``"all_but_attn"``). ``params`` takes any group of :mod:`tfmatcomp.models.param_groups` (shared with
 component-wise training; ``"attention"`` includes ``ln1``, ``"mlp"`` includes ``ln2``, ``"embed"``
 includes ``embed.ln``; ``"attn"`` is an alias of ``"attention"``):
 ``"qkv"``, ``"attn_out"``, ``"attention"``, ``"mlp"``, ``"embed"``, ``"token_embed"``,
@@ -37,8 +37,8 @@ from torch import Tensor
 
 from tfmatcomp.interventions.base import Intervention
 from tfmatcomp.interventions.serialize import check_fields, tensor_from_data, tensor_to_data
-from tfmatcomp.hook_names import check_layers
-from tfmatcomp.param_groups import GROUPS, group_predicate
+from tfmatcomp.models.hook_names import check_layers
+from tfmatcomp.models.param_groups import GROUPS, group_predicate
 from tfmatcomp.validation import check_bool, check_int_list
 
 __all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
@@ -48,7 +48,7 @@ class DonorMismatchError(ValueError):
     """The donor's config or parameter shapes differ from the recipient's."""
 
 
-#: The shared parameter groups (a view of :data:`tfmatcomp.param_groups.GROUPS`, aliases included).
+#: The shared parameter groups (a view of :data:`tfmatcomp.models.param_groups.GROUPS`, aliases included).
 TRANSPLANT_GROUPS: Mapping[str, Callable[[str], bool]] = GROUPS
 
 
@@ -59,7 +59,7 @@ class WeightTransplant(Intervention):
         donor: a :class:`~tfmatcomp.HookedEncoder` with the same config as the recipient, or the
             path of a checkpoint (loaded on the CPU; ``to_dict`` then refers to it by path and
             step instead of writing the donor's weights).
-        params: a group name (:mod:`tfmatcomp.param_groups`), a parameter name, or a list of them. Default
+        params: a group name (:mod:`tfmatcomp.models.param_groups`), a parameter name, or a list of them. Default
             ``"qkv"``: query, key and value weights and biases of all layers (the papers').
         layers: 0-based layers whose block parameters are transplanted (default: all).
         strict: True (default) refuses a donor whose config differs in any field; False only
@@ -91,7 +91,7 @@ class WeightTransplant(Intervention):
         #: ``{"checkpoint": path, "step": step}`` when the donor was given as a checkpoint path.
         self.donor_checkpoint: dict[str, Any] | None = None
         if isinstance(donor, (str, os.PathLike)):
-            from tfmatcomp.checkpoint import load_checkpoint_info
+            from tfmatcomp.runs.checkpoint import load_checkpoint_info
 
             donor, info = load_checkpoint_info(donor)
             self.donor_checkpoint = {"checkpoint": str(info.path), "step": info.step}
@@ -135,8 +135,8 @@ class WeightTransplant(Intervention):
                                  f"{iv.donor_checkpoint['step']}, the record says {donor['step']}")
             return iv
         from tfmatcomp.config import DecoderConfig, EncoderConfig
-        from tfmatcomp.decoder import HookedDecoder
-        from tfmatcomp.model import HookedEncoder
+        from tfmatcomp.models.decoder import HookedDecoder
+        from tfmatcomp.models.encoder import HookedEncoder
 
         check_fields(donor, where, ("config", "parameters"), ("kind",))
         values = {n: tensor_from_data(t, f"{where}.parameters[{n!r}]")

@@ -1,6 +1,6 @@
 """Weight edits: the model's own forward pass, run with some parameters replaced.
 
-Nothing here computes an activation: the transformer math lives in :mod:`tfmatcomp.components`
+Nothing here computes an activation: the transformer math lives in :mod:`tfmatcomp.models.components`
 only, and a weight edit decides which tensors those components read. Two ways:
 
 * :func:`assigned_parameters` (what ``applied`` uses): inside the context the named
@@ -21,7 +21,7 @@ only, and a weight edit decides which tensors those components read. Two ways:
 The one parameter read before the first hook point is the token embedding ``embed.W_E``. A new
 ``embed.W_E`` is applied at ``embed.hook_embed`` by recovering each position's token id from the
 activation (an exact row of the model's ``W_E``: the embedding is a lookup, :func:`lookup_ids`) and
-embedding it again with the component's own lookup (:meth:`~tfmatcomp.components.BertEmbed.token_embed`)
+embedding it again with the component's own lookup (:meth:`~tfmatcomp.models.components.BertEmbed.token_embed`)
 and the new table. This needs the rows of ``W_E`` to be distinct and ``hook_embed`` not to have
 been edited by anything but a token substitution; otherwise a ``ValueError`` says so, and
 ``applied`` is the way to go.
@@ -198,7 +198,7 @@ def parameter_override_hooks(
         ValueError: unknown parameter names, wrong shapes, or (for ``embed.W_E``) a table whose
             rows are not distinct.
     """
-    from tfmatcomp.hook_names import embed_hook_name, readout_hook_name
+    from tfmatcomp.models.hook_names import embed_hook_name, readout_hook_name
 
     new = checked_edits(model, overrides)
     table = model.embed.W_E  # the nn.Parameter object: the original rows, also while substituted

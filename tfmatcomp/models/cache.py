@@ -19,7 +19,7 @@ the last block's ``ln2``).
 
 Example:
     >>> import torch, tfmatcomp as tm
-    >>> from tfmatcomp.cache import PostLNError
+    >>> from tfmatcomp.models.cache import PostLNError
     >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
     >>> _, cache = model.run_with_cache(torch.ones(2, 16, dtype=torch.long))
     >>> cache["pattern", 1].shape, cache.stack_activation("resid_pre").shape[0]
@@ -62,7 +62,7 @@ def _refuse(method: str, why: str, instead: str) -> PostLNError:
 
 
 class EncoderActivationCache(ActivationCache):
-    """``transformer_lens.ActivationCache`` for :class:`~tfmatcomp.model.HookedEncoder`.
+    """``transformer_lens.ActivationCache`` for :class:`~tfmatcomp.models.encoder.HookedEncoder`.
 
     Args:
         cache_dict: ``{hook name: tensor}`` from a forward pass.
@@ -201,7 +201,7 @@ class EncoderActivationCache(ActivationCache):
         raise _refuse("accumulated_resid", _POST_LN + "; the stream each block reads is already "
                       "normalized, and the read-out reads blocks.{L-1}.hook_normalized_resid_post, "
                       "not the last resid_post", "Use cache.stack_activation('resid_pre') (the input "
-                      "of every block) or tfmatcomp.hook_names.resid_name for h^(l).")
+                      "of every block) or tfmatcomp.models.hook_names.resid_name for h^(l).")
 
     def decompose_resid(self, *args: Any, **kwargs: Any):
         """Raises :class:`PostLNError`: embeddings and earlier sub-layer outputs do not sum to a

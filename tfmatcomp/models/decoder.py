@@ -9,7 +9,7 @@ The whole forward pass, readable in one sitting::
 
 It is built from the encoder's components (``Attention`` with ``causal=True``, ``LayerNorm``,
 ``MLP``, ``Readout`` as the unembedding) and shares its hook plumbing
-(:class:`~tfmatcomp.hooked_base.HookedBase`): ``run_with_cache``, ``run_with_hooks``, ``hooks``,
+(:class:`~tfmatcomp.models.hooked_base.HookedBase`): ``run_with_cache``, ``run_with_hooks``, ``hooks``,
 ``unfused`` behave exactly as on :class:`~tfmatcomp.HookedEncoder`.
 
 Example:
@@ -32,11 +32,11 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from tfmatcomp.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.components import Embed, LayerNorm, PosEmbed, PreLNBlock, Readout
+from tfmatcomp.models.components import Embed, LayerNorm, PosEmbed, PreLNBlock, Readout
 from tfmatcomp.config import DecoderConfig
-from tfmatcomp.hooked_base import HookedBase
+from tfmatcomp.models.hooked_base import HookedBase
 from tfmatcomp.validation import check_choice
 
 __all__ = ["HookedDecoder", "RETURN_TYPES", "next_token_loss"]
@@ -143,18 +143,18 @@ class HookedDecoder(HookedBase):
     def from_hf(cls, gpt2: nn.Module, **overrides: Any) -> "HookedDecoder":
         """Build from a transformers ``GPT2LMHeadModel`` (or ``GPT2Model``).
 
-        See :func:`tfmatcomp.gpt2_mapping.build_from_gpt2`.
+        See :func:`tfmatcomp.models.conversion.gpt2_mapping.build_from_gpt2`.
         """
-        from tfmatcomp.gpt2_mapping import build_from_gpt2
+        from tfmatcomp.models.conversion.gpt2_mapping import build_from_gpt2
 
         return build_from_gpt2(cls, gpt2, **overrides)
 
     def to_hf(self):
         """The equivalent ``transformers.GPT2LMHeadModel`` (eager attention, no dropout).
 
-        See :func:`tfmatcomp.gpt2_mapping.to_gpt2`.
+        See :func:`tfmatcomp.models.conversion.gpt2_mapping.to_gpt2`.
         """
-        from tfmatcomp.gpt2_mapping import to_gpt2
+        from tfmatcomp.models.conversion.gpt2_mapping import to_gpt2
 
         return to_gpt2(self)
 

@@ -26,15 +26,15 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
-from tfmatcomp.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.components import BertBlock, BertEmbed, Readout
-from tfmatcomp.cache import EncoderActivationCache
+from tfmatcomp.models.components import BertBlock, BertEmbed, Readout
+from tfmatcomp.models.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
-from tfmatcomp.data import MatrixBatch
-from tfmatcomp.hooked_base import HookedBase, UnknownHookError
-from tfmatcomp.metrics import masked_mse
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.models.hooked_base import HookedBase, UnknownHookError
+from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_choice
 
 __all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
@@ -262,18 +262,18 @@ class HookedEncoder(HookedBase):
     def from_hf(cls, bert: nn.Module, readout: nn.Linear | None = None, **overrides: Any) -> "HookedEncoder":
         """Build from a transformers ``BertModel`` (or a model with a ``.bert`` attribute).
 
-        See :func:`tfmatcomp.convert.from_hf`.
+        See :func:`tfmatcomp.models.conversion.bert.from_hf`.
         """
-        from tfmatcomp.hf_mapping import build_from_hf
+        from tfmatcomp.models.conversion.hf_mapping import build_from_hf
 
         return build_from_hf(cls, bert, readout, **overrides)
 
     def to_hf(self):
         """The equivalent ``(transformers.BertModel, nn.Linear read-out)``.
 
-        See :func:`tfmatcomp.convert.to_hf`.
+        See :func:`tfmatcomp.models.conversion.bert.to_hf`.
         """
-        from tfmatcomp.hf_mapping import to_hf
+        from tfmatcomp.models.conversion.hf_mapping import to_hf
 
         return to_hf(self)
 

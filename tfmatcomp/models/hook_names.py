@@ -14,7 +14,7 @@ same tensor: the one where it is *written* (``hook_full_embed`` for ``l = 0``, e
   ``blocks.{l}.hook_resid_pre`` for ``l < L``, ``blocks.{L-1}.hook_normalized_resid_post`` for ``L``.
   Used by :mod:`tfmatcomp.decomposition` (:func:`residual_stream_names`) and for patching.
 * ``at="layer_output"``: where layer ``l`` writes it (``hook_full_embed``, then
-  ``blocks.{l-1}.hook_normalized_resid_post``). Used in :mod:`tfmatcomp.probes`' tables.
+  ``blocks.{l-1}.hook_normalized_resid_post``). Used in :mod:`tfmatcomp.analyses.probes`' tables.
 
 Both give bit-identical activations (tested). Other hooks: :func:`pattern_hook_names` for the
 attention probabilities, :func:`block_hook_name` for one hook of one block, and
@@ -26,7 +26,7 @@ interventions ask :func:`embed_hook_name`, :func:`readout_hook_name`, :func:`pos
 and :func:`is_causal` instead of spelling a name.
 
 Example:
-    >>> from tfmatcomp.hook_names import resid_name
+    >>> from tfmatcomp.models.hook_names import resid_name
     >>> [resid_name(l, 2) for l in range(3)]
     ['blocks.0.hook_resid_pre', 'blocks.1.hook_resid_pre', 'blocks.1.hook_normalized_resid_post']
     >>> [resid_name(l, 2, at="layer_output") for l in range(3)]

@@ -7,7 +7,7 @@ A subclass sets ``cfg`` (with ``n_ctx``, ``d_vocab``), ``embed.W_E`` and ``block
 
 Example:
     >>> import tfmatcomp as tm
-    >>> from tfmatcomp.hooked_base import HookedBase
+    >>> from tfmatcomp.models.hooked_base import HookedBase
     >>> isinstance(tm.HookedEncoder(tm.get_preset("tiny").model), HookedBase)
     True
 """
@@ -146,7 +146,7 @@ class HookedBase(HookedRootModule):
         """Run the model and cache activations, as TransformerLens's ``run_with_cache``.
 
         Returns ``(output, cache)`` with ``cache`` a ``transformer_lens.ActivationCache`` (for
-        the encoder an :class:`~tfmatcomp.cache.EncoderActivationCache`, whose pre-LN helpers
+        the encoder an :class:`~tfmatcomp.models.cache.EncoderActivationCache`, whose pre-LN helpers
         raise instead of returning wrong numbers; a plain dict when
         ``return_cache_object=False``). Accepts ``names_filter``, ``device``, ``remove_batch_dim``
         and the forward's keyword arguments.

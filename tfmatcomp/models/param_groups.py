@@ -26,7 +26,7 @@ Membership follows HuggingFace BERT's modules, which the papers' code selects pa
 ``BertOutput`` the one after the MLP (``ln2`` is part of ``"mlp"``), and ``BertEmbeddings`` its
 LayerNorm (``embed.ln`` is part of ``"embed"``). Before this registry, the transplant groups
 ``"attn"``, ``"mlp"`` and ``"embed"`` left their LayerNorms out (and ``"all_but_attn"`` kept
-``ln1``); they now agree with component-wise training (seed 002 Sec. 4), whose membership was
+``ln1``); they now agree with component-wise training (the NeurIPS paper Sec. 4), whose membership was
 already this one. The papers' transplant itself (``"qkv"``) is unchanged.
 
 The decoder (:class:`~tfmatcomp.HookedDecoder`, pre-LN) has the same block names; its positional
@@ -36,7 +36,7 @@ table ``pos_embed.W_pos`` is in ``"embed"`` and ``"pos_embed"``, ``ln_final.*`` 
 
 Example:
     >>> import tfmatcomp as tm
-    >>> from tfmatcomp.param_groups import group_parameter_names
+    >>> from tfmatcomp.models.param_groups import group_parameter_names
     >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
     >>> group_parameter_names(m, "attn") == group_parameter_names(m, "attention")
     True

@@ -1,11 +1,11 @@
 """Figures for the nuclear-norm comparisons and OOD evaluation.
 
 * :func:`model_vs_nuclear_norm_figure`: MSE and nuclear norm of the solutions across ``p_mask``
-  (seed 000 Fig. 5 / seed 002 Fig. 3), from :func:`tfmatcomp.baselines.compare_with_model`;
+  (the workshop paper Fig. 5 / the NeurIPS paper Fig. 3), from :func:`tfmatcomp.analyses.baselines.compare_with_model`;
 * :func:`lambda_table_figure`: ``L_obs, L_mask, L`` of regularized nuclear-norm minimization against
-  lambda, with the paper's values (seed 000 Appendix D), from :func:`tfmatcomp.baselines.lambda_table`;
-* :func:`ood_figure`: model vs nuclear norm per OOD condition (seed 001 Fig. 19), from
-  :func:`tfmatcomp.ood.evaluate_ood`.
+  lambda, with the paper's values (the workshop paper Appendix D), from :func:`tfmatcomp.analyses.baselines.lambda_table`;
+* :func:`ood_figure`: model vs nuclear norm per OOD condition (the NeurIPS paper Fig. 19), from
+  :func:`tfmatcomp.analyses.ood.evaluate_ood`.
 
 Example:
     >>> import pandas as pd
@@ -28,7 +28,7 @@ __all__ = ["model_vs_nuclear_norm_figure", "lambda_table_figure", "ood_figure"]
 
 _COLORS = {"model": "#5778A4", "nuclear_norm": "#D1615D"}
 _NAMES = {"model": "model", "nuclear_norm": "nuclear-norm min."}
-_METRICS = ("L_obs", "L_mask", "L")  # the column order of seed 000, Appendix D
+_METRICS = ("L_obs", "L_mask", "L")  # the column order of the workshop paper, Appendix D
 
 
 def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
@@ -44,7 +44,7 @@ def model_vs_nuclear_norm_figure(df: pd.DataFrame, metric: str = "L", *,
     """Two panels against ``p_mask``: ``metric`` (log scale) and the mean nuclear norm.
 
     Args:
-        df: :func:`tfmatcomp.baselines.compare_with_model` output.
+        df: :func:`tfmatcomp.analyses.baselines.compare_with_model` output.
         metric: ``"L"`` (the papers' panel), ``"L_mask"`` or ``"L_obs"``.
         show_true_norm: draw the targets' mean nuclear norm (dashed) when the column is present.
 
@@ -81,7 +81,7 @@ def lambda_table_figure(df: pd.DataFrame, metrics: Sequence[str] = _METRICS, *,
     the table has a model row, the model's value as a horizontal line.
 
     Args:
-        df: :func:`tfmatcomp.baselines.lambda_table` output.
+        df: :func:`tfmatcomp.analyses.baselines.lambda_table` output.
         metrics: which of ``L_obs, L_mask, L`` to show.
 
     Example:
@@ -102,7 +102,7 @@ def lambda_table_figure(df: pd.DataFrame, metrics: Sequence[str] = _METRICS, *,
                                  showlegend=first), row=1, col=j)
         paper_col = f"paper_{m}"
         if show_paper and paper_col in nn.columns and nn[paper_col].notna().any():
-            fig.add_trace(go.Scatter(x=nn["lam"], y=nn[paper_col], mode="markers", name="paper (seed 000 App. D)",
+            fig.add_trace(go.Scatter(x=nn["lam"], y=nn[paper_col], mode="markers", name="paper (the workshop paper App. D)",
                                      marker=dict(symbol="circle-open", size=10, color="black"),
                                      legendgroup="paper", showlegend=first), row=1, col=j)
         if len(model) and np.isfinite(model[m].iloc[0]) and len(nn):
@@ -121,7 +121,7 @@ def ood_figure(df: pd.DataFrame, metric: str = "L", *, groups: Sequence[str] | N
     panel per condition group (the in-distribution bar is repeated in each panel for reference).
 
     Args:
-        df: :func:`tfmatcomp.ood.evaluate_ood` output.
+        df: :func:`tfmatcomp.analyses.ood.evaluate_ood` output.
         metric: ``"L"``, ``"L_mask"``, ``"L_obs"`` or ``"nuclear_norm"``.
         groups: which condition groups to show (default: all present except in_distribution).
 

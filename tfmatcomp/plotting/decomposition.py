@@ -1,4 +1,4 @@
-"""Figures for the position / context decomposition (seed 003 Figs. 1-4).
+"""Figures for the position / context decomposition (Song & Zhong Figs. 1-4).
 
 * :func:`pos_pca_figure`: top-2 PCA of ``pos_t`` with sampled ``cvec`` (Fig. 1), per layer;
 * :func:`gram_figure`: normalized Gram matrix of ``[pos; ctx]`` (Fig. 2);
@@ -129,7 +129,7 @@ def gram_figure(
     seed: int = 0,
     title: str | None = None,
 ) -> go.Figure:
-    """Heatmap of the normalized Gram matrix of ``[pos; ctx]`` (cosines, seed 003 Fig. 2).
+    """Heatmap of the normalized Gram matrix of ``[pos; ctx]`` (cosines, Song & Zhong Fig. 2).
 
     Up to ``max_contexts`` contexts are drawn (a random subset, seeded), sorted by ``labels`` when
     given so that clusters appear as blocks. The first ``T`` rows / columns are positions.
@@ -177,7 +177,7 @@ def spectrum_figure(
     dct_k: int = 10,
     title: str | None = None,
 ) -> go.Figure:
-    """Singular values of ``P``, ``Cvec``, ``R`` and the DCT of the positional Gram (seed 003 Fig. 3).
+    """Singular values of ``P``, ``Cvec``, ``R`` and the DCT of the positional Gram (Song & Zhong Fig. 3).
 
     Left: the top ``n_values`` singular values of the matrices whose rows are ``pos_t`` (``T``
     rows), ``cvec_{c,t}`` and ``resid_{c,t}`` (valid entries), each divided by the square root of its
@@ -221,7 +221,7 @@ def qk_figure(
     batch_index: int = 0,
     title: str | None = None,
 ) -> go.Figure:
-    """The four QK components, the scores and the attention pattern of one head (seed 003 Fig. 4).
+    """The four QK components, the scores and the attention pattern of one head (Song & Zhong Fig. 4).
 
     Args:
         components: from :func:`~tfmatcomp.geometry.qk_decomposition`.

@@ -1,10 +1,10 @@
 """Figures for training dynamics: the loss curve with the detected drop, component-wise training.
 
 * :func:`loss_curve_figure`: ``L``, ``L_obs``, ``L_mask`` (log scale) against the step, with the
-  sudden drop found by :func:`tfmatcomp.dynamics.detect_drop` marked (drop step, 10-90% band,
+  sudden drop found by :func:`tfmatcomp.analyses.dynamics.detect_drop` marked (drop step, 10-90% band,
   plateau and final levels);
-* :func:`component_training_figure`: one curve per trained component group (seed 002 Fig. 8),
-  from :func:`tfmatcomp.dynamics.component_training`, with each group's drop step marked;
+* :func:`component_training_figure`: one curve per trained component group (the NeurIPS paper Fig. 8),
+  from :func:`tfmatcomp.analyses.dynamics.component_training`, with each group's drop step marked;
 * :func:`seed_curves_figure`: every seed's ``L_mask`` of a multi-seed run, onsets marked;
 * :func:`drop_steps_figure`: the distribution of drop onsets over seeds.
 
@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from tfmatcomp.dynamics import DropResult, detect_drop
+from tfmatcomp.analyses.dynamics import DropResult, detect_drop
 
 __all__ = ["loss_curve_figure", "component_training_figure", "seed_curves_figure",
            "drop_steps_figure"]
@@ -66,7 +66,7 @@ def loss_curve_figure(
         prefix: ``"eval"`` or ``"train"``.
         losses: which losses to draw.
         drop: True detects the drop on ``drop_column`` (default ``{prefix}_L_mask``); a
-            :class:`~tfmatcomp.dynamics.DropResult` is drawn as given; False / None draws none.
+            :class:`~tfmatcomp.analyses.dynamics.DropResult` is drawn as given; False / None draws none.
             A found drop is marked by a dashed line at the drop step, a shaded 10-90% band and the
             fitted plateau-drop curve (dotted).
 
@@ -113,10 +113,10 @@ def component_training_figure(
     """One curve of ``column`` per component group (log scale), each group's drop step marked.
 
     Args:
-        df: :func:`tfmatcomp.dynamics.component_training` output (``component`` and ``step``
+        df: :func:`tfmatcomp.analyses.dynamics.component_training` output (``component`` and ``step``
             columns plus the metrics).
         column: the loss to draw (``eval_L_mask``, ``train_L``, ...).
-        mark_drops: run :func:`~tfmatcomp.dynamics.detect_drop` per group and mark found drops.
+        mark_drops: run :func:`~tfmatcomp.analyses.dynamics.detect_drop` per group and mark found drops.
 
     Example:
         >>> import pandas as pd
@@ -193,7 +193,7 @@ def drop_steps_figure(drops: Mapping[int, DropResult], *, title: str | None = No
 
     Example:
         >>> import numpy as np
-        >>> from tfmatcomp.dynamics import detect_drop
+        >>> from tfmatcomp.analyses.dynamics import detect_drop
         >>> t = np.arange(0, 20_000, 50.0)
         >>> d = detect_drop(t, 10 ** (-2 + 1 / (1 + np.exp((t - 9_000) / 150))))
         >>> [round(x) for x in drop_steps_figure({0: d, 1: d}).data[0].x]

@@ -1,10 +1,10 @@
-"""Figures for token and positional embeddings (seed 000 Figs. 4, 7, 8; seed 002 Fig. 7, App. C).
+"""Figures for token and positional embeddings (the workshop paper Figs. 4, 7, 8; the NeurIPS paper Fig. 7, App. C).
 
 Positions, rows and columns are 0-based in hover text and axes, and the axis titles say so.
 
 Example:
     >>> from tfmatcomp import HookedEncoder, EncoderConfig
-    >>> from tfmatcomp.embeddings import token_embedding_norms
+    >>> from tfmatcomp.analyses.embeddings import token_embedding_norms
     >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
     >>> token_norms_figure(token_embedding_norms(m, v_min=-0.1, v_max=0.1)).layout.xaxis.title.text
     'value'
@@ -18,7 +18,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from tfmatcomp.embeddings import PositionalPCA, TokenEmbeddingPCA
+from tfmatcomp.analyses.embeddings import PositionalPCA, TokenEmbeddingPCA
 
 __all__ = ["token_norms_figure", "token_pca_figure", "positional_norms_figure",
            "positional_pca_figure", "checkpoint_projection_figure"]
@@ -32,7 +32,7 @@ def _need(df: pd.DataFrame, cols, name: str) -> None:
 
 def token_norms_figure(norms: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     """l2 norm of token embeddings against the value (from
-    :func:`~tfmatcomp.embeddings.token_embedding_norms`), with the mirror image ``norm(-v)`` dashed
+    :func:`~tfmatcomp.analyses.embeddings.token_embedding_norms`), with the mirror image ``norm(-v)`` dashed
     so asymmetry about 0 is visible.
 
     Example:
@@ -62,7 +62,7 @@ def token_pca_figure(result: TokenEmbeddingPCA, *, x_pc: int | None = None, y_pc
 
     Example:
         >>> from tfmatcomp import HookedEncoder, EncoderConfig
-        >>> from tfmatcomp.embeddings import token_embedding_pca
+        >>> from tfmatcomp.analyses.embeddings import token_embedding_pca
         >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
         >>> fig = token_pca_figure(token_embedding_pca(m, v_min=-0.2, v_max=0.2))
         >>> fig.layout.xaxis.title.text.startswith("PC")
@@ -95,7 +95,7 @@ def token_pca_figure(result: TokenEmbeddingPCA, *, x_pc: int | None = None, y_pc
 
 def positional_norms_figure(norms: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     """l2 norm of positional embeddings per position (from
-    :func:`~tfmatcomp.embeddings.positional_embedding_norms`); hover shows (row, col).
+    :func:`~tfmatcomp.analyses.embeddings.positional_embedding_norms`); hover shows (row, col).
 
     Example:
         >>> import pandas as pd
@@ -120,7 +120,7 @@ def positional_pca_figure(result: PositionalPCA, *, title: str | None = None) ->
 
     Example:
         >>> from tfmatcomp import HookedEncoder, EncoderConfig
-        >>> from tfmatcomp.embeddings import positional_embedding_pca
+        >>> from tfmatcomp.analyses.embeddings import positional_embedding_pca
         >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
         >>> len(positional_pca_figure(positional_embedding_pca(m, 2)).data)
         4
@@ -149,7 +149,7 @@ def positional_pca_figure(result: PositionalPCA, *, title: str | None = None) ->
 def checkpoint_projection_figure(projection: pd.DataFrame, *, max_cols: int = 4,
                                  title: str | None = None) -> go.Figure:
     """Token embeddings of each checkpoint on the final checkpoint's PC1 / PC2, one panel per step,
-    coloured by value (from :func:`~tfmatcomp.embeddings.checkpoint_token_projection`).
+    coloured by value (from :func:`~tfmatcomp.analyses.embeddings.checkpoint_token_projection`).
 
     Example:
         >>> import pandas as pd

@@ -1,4 +1,4 @@
-"""Figures of ``tfmatcomp geometry`` (seed 003 on any model): per-layer measurements with the paper's
+"""Figures of ``tfmatcomp geometry`` (Song & Zhong on any model): per-layer measurements with the paper's
 values, similarity by document, rotated ``W_QK`` per head (Fig. 5), and the two theorems measured.
 
 Example:
@@ -119,8 +119,8 @@ def theorem2_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figu
 
 
 def induction_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figure:
-    """Seed 003 Section 4.1: the three head-type scores (self-token, neighbour, copy) of every
-    (layer, head), from :func:`~tfmatcomp.geometry.induction.induction_study`'s table."""
+    """Song & Zhong Section 4.1: the three head-type scores (self-token, neighbour, copy) of every
+    (layer, head), from :func:`~tfmatcomp.song_zhong.induction.induction_study`'s table."""
     types = (("self_token", "attention to self-tokens"), ("neighbor", "to neighbouring tokens"),
              ("copy", "to the token being copied"))
     fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in types], horizontal_spacing=0.06)

@@ -5,7 +5,7 @@ code); every title says so.
 
 Example:
     >>> import torch
-    >>> from tfmatcomp.heads import head_scores, classify_heads
+    >>> from tfmatcomp.analyses.heads import head_scores, classify_heads
     >>> p = torch.full((2, 3, 4, 4), 0.25)                      # 2 layers x 3 heads, uniform maps
     >>> fig = attention_grid_figure(p, table=classify_heads(head_scores(p, None, 2)))
     >>> len(fig.data)
@@ -22,7 +22,7 @@ import torch
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from tfmatcomp.heads import HEAD_TYPES, HeadAnalysis, paper_label
+from tfmatcomp.analyses.heads import HEAD_TYPES, HeadAnalysis, paper_label
 
 __all__ = ["attention_grid_figure", "structured_mask_pairs_figure", "head_scores_figure",
            "head_types_figure", "head_score_evolution_figure"]
@@ -68,9 +68,9 @@ def attention_grid_figure(
     """Layers x heads grid of (mean) attention maps, query on the y axis, key on the x axis.
 
     Args:
-        patterns: ``[layer, head, query, key]`` tensor, or a :class:`~tfmatcomp.heads.HeadAnalysis`
+        patterns: ``[layer, head, query, key]`` tensor, or a :class:`~tfmatcomp.analyses.heads.HeadAnalysis`
             (its mean maps, classification table and structured mask are used).
-        table: a :func:`~tfmatcomp.heads.classify_heads` table; each panel title then shows the type.
+        table: a :func:`~tfmatcomp.analyses.heads.classify_heads` table; each panel title then shows the type.
         observed: a single mask ``[pos]`` drawn in an extra panel (True = observed).
         n_rows, n_cols: matrix shape, for the mask panel (default: square).
         layers: 0-based layer index of each row of ``patterns`` (default ``0..L-1``).
@@ -135,20 +135,20 @@ def structured_mask_pairs_figure(
 
     The top row shows the two masks (blue = masked); below, one row per layer holds each head's
     pair: its map under the row mask (``R``) then under the column mask (``C``), titled with the
-    papers' 1-based label and the type each mask's classification assigns (seed 002 Sec. 3.2,
+    papers' 1-based label and the type each mask's classification assigns (the NeurIPS paper Sec. 3.2,
     Figs. 5 and 23: masked-row, observed-copy, mask-ignore and longest-contiguous-column heads
     show themselves by how their maps move with the mask).
 
     Args:
-        row, column: :func:`~tfmatcomp.heads.analyse_heads` results of one model with a fixed row
-            mask and a fixed column mask (``observed=`` from :mod:`tfmatcomp.masks`).
+        row, column: :func:`~tfmatcomp.analyses.heads.analyse_heads` results of one model with a fixed row
+            mask and a fixed column mask (``observed=`` from :mod:`tfmatcomp.task.masks`).
         zmax: colour-scale maximum (default the largest probability shown).
 
     Example:
         >>> import torch
         >>> from tfmatcomp import EncoderConfig, HookedEncoder, MatrixCompletionTask
-        >>> from tfmatcomp.heads import analyse_heads
-        >>> from tfmatcomp.masks import column_mask, row_mask
+        >>> from tfmatcomp.analyses.heads import analyse_heads
+        >>> from tfmatcomp.task.masks import column_mask, row_mask
         >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=9))
         >>> task = MatrixCompletionTask(n_rows=3, rank=1)
         >>> r = analyse_heads(m, task, 4, observed=row_mask(3, masked_rows=[1], keep=0))
@@ -207,7 +207,7 @@ def head_scores_figure(table: pd.DataFrame, scores: Sequence[str] = ("row", "col
 
     Example:
         >>> import torch
-        >>> from tfmatcomp.heads import head_scores
+        >>> from tfmatcomp.analyses.heads import head_scores
         >>> fig = head_scores_figure(head_scores(torch.eye(4).expand(2, 3, 4, 4), None, 2), ["row", "identity"])
         >>> len(fig.data)
         2
@@ -234,11 +234,11 @@ def head_scores_figure(table: pd.DataFrame, scores: Sequence[str] = ("row", "col
 
 
 def head_types_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figure:
-    """Layers x heads map of the assigned head ``type`` (from :func:`~tfmatcomp.heads.classify_heads`).
+    """Layers x heads map of the assigned head ``type`` (from :func:`~tfmatcomp.analyses.heads.classify_heads`).
 
     Example:
         >>> import torch
-        >>> from tfmatcomp.heads import head_scores, classify_heads
+        >>> from tfmatcomp.analyses.heads import head_scores, classify_heads
         >>> t = classify_heads(head_scores(torch.eye(4).expand(1, 2, 4, 4), None, 2))
         >>> head_types_figure(t).data[0].text[0][0]
         'identity'
@@ -267,7 +267,7 @@ def head_score_evolution_figure(evolution: pd.DataFrame, score: str = "row", *,
                                 heads: Sequence[str] | Sequence[tuple[int, int]] | None = None,
                                 title: str | None = None) -> go.Figure:
     """One line per head of ``score`` against training step (from
-    :func:`~tfmatcomp.heads.head_score_evolution`).
+    :func:`~tfmatcomp.analyses.heads.head_score_evolution`).
 
     Args:
         heads: restrict to these heads: paper labels like ``"(2,1)"`` or 0-based ``(layer, head)``

@@ -1,7 +1,7 @@
-"""Figure for probe tables (seed 002 Fig. 6 / seed 000 Fig. 11): probe quality per layer.
+"""Figure for probe tables (the NeurIPS paper Fig. 6 / the workshop paper Fig. 11): probe quality per layer.
 
 Layer ``0`` is the embedding output and layer ``l`` the output of the ``l``-th block, i.e. the
-papers' 1-based "layer l" (see :mod:`tfmatcomp.probes`).
+papers' 1-based "layer l" (see :mod:`tfmatcomp.analyses.probes`).
 
 Example:
     >>> import pandas as pd
@@ -26,7 +26,7 @@ def probe_table_figure(table: pd.DataFrame, *, log_mse: bool = True, title: str 
     correlations (panels without columns are left out); one line per probe target.
 
     Args:
-        table: output of :func:`~tfmatcomp.probes.probe_layers` (needs ``layer``).
+        table: output of :func:`~tfmatcomp.analyses.probes.probe_layers` (needs ``layer``).
         log_mse: log-scale y axis for the MSE panel.
 
     Example:

@@ -1,5 +1,5 @@
 """Figures of a sweep (:func:`tfmatcomp.sweep`): final L_mask and the drop step against the swept
-value, the papers' width and depth figures (seed 001, Figs. 13 and 14) as two panels.
+value, the papers' width and depth figures (the NeurIPS paper, Figs. 13 and 14) as two panels.
 
 Example:
     >>> import pandas as pd
@@ -29,7 +29,7 @@ def sweep_figure(table: pd.DataFrame, x: str, *, color: str | None = None,
     counted in its title.
 
     Args:
-        table: :attr:`tfmatcomp.sweeps.SweepResult.table` (columns ``x``, ``final_L_mask``,
+        table: :attr:`tfmatcomp.training.sweeps.SweepResult.table` (columns ``x``, ``final_L_mask``,
             ``drop_step``, and ``color`` when given).
         x: the swept field on the horizontal axis (log scale when its values are positive
             numbers spanning 8x or more, as widths do).

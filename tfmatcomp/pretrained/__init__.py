@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint
+from tfmatcomp.models.encoder import HookedEncoder
 
 __all__ = ["available", "run_dir", "run_info", "load_pretrained", "resolve_step"]
 

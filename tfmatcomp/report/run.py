@@ -35,11 +35,11 @@ import torch
 
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp import pretrained
-from tfmatcomp.checkpoint import list_checkpoints, load_checkpoint_info
-from tfmatcomp.dynamics import DropResult, detect_drop
-from tfmatcomp.model import HookedEncoder
-from tfmatcomp.multiseed import GROUP_FILE, seed_dir
-from tfmatcomp.training import METRICS_FILE, read_metrics
+from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
+from tfmatcomp.analyses.dynamics import DropResult, detect_drop
+from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.training.multiseed import GROUP_FILE, seed_dir
+from tfmatcomp.training.trainer import METRICS_FILE, read_metrics
 
 __all__ = ["RunContext", "SeedGroup", "resolve_run", "find_group", "choose_steps", "load_context"]
 

@@ -1,6 +1,6 @@
 """The report's sections: each calls the library's analyses on a :class:`~.run.RunContext` and says,
 in one paragraph, what it shows, with the papers' values (from :mod:`tfmatcomp.experiments.reference`
-and :data:`tfmatcomp.baselines.PAPER_LAMBDA_TABLE`) beside ours.
+and :data:`tfmatcomp.analyses.baselines.PAPER_LAMBDA_TABLE`) beside ours.
 
 A section function takes ``(ctx, section)`` and fills ``section.items`` (plotly figures and
 DataFrames) and ``section.text``; :data:`SECTIONS` maps each key to its title and function.
@@ -112,9 +112,9 @@ def _training(ctx: RunContext, s: Section) -> None:
 
 
 def _components(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.dynamics import PAPER_COMPONENTS, summarize_drops
+    from tfmatcomp.analyses.dynamics import PAPER_COMPONENTS, summarize_drops
     from tfmatcomp.plotting.dynamics import component_training_figure
-    from tfmatcomp.training import read_metrics
+    from tfmatcomp.training.trainer import read_metrics
 
     saved = ctx.run_dir / "components"
     logs = {g: saved / g / "metrics.jsonl" for g in (*PAPER_COMPONENTS, "all")}
@@ -130,7 +130,7 @@ def _components(ctx: RunContext, s: Section) -> None:
         where = ("a copy of this bundled run (the package's own files stay as shipped)"
                  if bundled in ctx.run_dir.resolve().parents else str(ctx.run_dir))
         s.text += (f"Not computed for this run: it needs five training runs as long as the run "
-                   f"itself. Run tfmatcomp.dynamics.component_training(<post-shift checkpoint>, "
+                   f"itself. Run tfmatcomp.analyses.dynamics.component_training(<post-shift checkpoint>, "
                    f"out_dir=<run directory>/components, n_steps=<the run's step count>) on "
                    f"{where} and build the report on it again; it reads the curves from there.")
         return
@@ -235,8 +235,8 @@ def _head_scan(ctx: RunContext, s: Section) -> None:
 
 # ---------------------------------------------------------------------- representations
 def _attention(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.heads import analyse_heads, head_score_evolution
-    from tfmatcomp.masks import row_mask
+    from tfmatcomp.analyses.heads import analyse_heads, head_score_evolution
+    from tfmatcomp.task.masks import row_mask
     from tfmatcomp.plotting.heads import (attention_grid_figure, head_score_evolution_figure,
                                           head_types_figure)
 
@@ -265,7 +265,7 @@ def _attention(ctx: RunContext, s: Section) -> None:
 
 
 def _embeddings(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.embeddings import (checkpoint_token_projection, positional_embedding_pca,
+    from tfmatcomp.analyses.embeddings import (checkpoint_token_projection, positional_embedding_pca,
                                       token_embedding_norms, token_embedding_pca)
     from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure,
                                                positional_pca_figure, token_norms_figure,
@@ -289,7 +289,7 @@ def _embeddings(ctx: RunContext, s: Section) -> None:
 def _probes(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.datapath import sample_batch
     from tfmatcomp.plotting.probes import probe_table_figure
-    from tfmatcomp.probes import probe_layers
+    from tfmatcomp.analyses.probes import probe_layers
 
     batch = sample_batch(ctx.task, 2 * ctx.n_samples, seed=ctx.seed, device=ctx.post.device)
     for label, model in ctx.models.items():
@@ -302,8 +302,8 @@ def _probes(ctx: RunContext, s: Section) -> None:
 
 
 def _structured_masks(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.heads import analyse_heads
-    from tfmatcomp.masks import column_mask, row_mask
+    from tfmatcomp.analyses.heads import analyse_heads
+    from tfmatcomp.task.masks import column_mask, row_mask
     from tfmatcomp.plotting.heads import structured_mask_pairs_figure
 
     t, n = ctx.task, min(ctx.n_samples, 256)
@@ -327,7 +327,7 @@ def _structured_masks(ctx: RunContext, s: Section) -> None:
 
 
 def _positional(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.embeddings import positional_embedding_norms, positional_similarity
+    from tfmatcomp.analyses.embeddings import positional_embedding_norms, positional_similarity
     from tfmatcomp.plotting.embeddings import positional_norms_figure
 
     t = ctx.task
@@ -350,7 +350,7 @@ def _positional(ctx: RunContext, s: Section) -> None:
 
 # ------------------------------------------------------------------------- baselines
 def _nuclear_norm(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.baselines import PAPER_LAMBDA_TABLE, compare_with_model, lambda_table
+    from tfmatcomp.analyses.baselines import PAPER_LAMBDA_TABLE, compare_with_model, lambda_table
     from tfmatcomp.plotting.baselines import lambda_table_figure, model_vs_nuclear_norm_figure
 
     comparison = compare_with_model(ctx.post, task=ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
@@ -368,7 +368,7 @@ def _nuclear_norm(ctx: RunContext, s: Section) -> None:
 
 
 def _ood(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.ood import evaluate_ood
+    from tfmatcomp.analyses.ood import evaluate_ood
     from tfmatcomp.plotting.baselines import ood_figure
 
     table = evaluate_ood(ctx.post, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)

@@ -45,14 +45,14 @@ import torch
 
 from safetensors.torch import save_file
 
-from tfmatcomp.checkpoint_files import (
+from tfmatcomp.runs.checkpoint_files import (
     _SAFETENSORS_DTYPES, _SHARD_NAME, INDEX_FILE, WEIGHTS_FILE, CheckpointError, _load_tensors,
     _plain_file, _read_json, _sha256, _shard_limit, _tensor_specs, _weight_files, _write_weights,
     checkpoint_dtype,
 )
 from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig
-from tfmatcomp.decoder import HookedDecoder
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.validation import check_device
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The weight files of a checkpoint: dtypes, shards and their index, safe reads of files and headers.
 
-:mod:`tfmatcomp.checkpoint` writes and loads checkpoints through these. A checkpoint's weights are
+:mod:`tfmatcomp.runs.checkpoint` writes and loads checkpoints through these. A checkpoint's weights are
 one ``model.safetensors`` or, when larger than ``max_shard_mb``, shards
 ``model-0000k-of-0000n.safetensors`` with ``model.safetensors.index.json`` (transformers' layout:
 ``{"metadata": {"total_size": bytes}, "weight_map": {tensor name: shard file}}``). Every file a

@@ -23,7 +23,7 @@ module:
 
 Example:
     >>> import tempfile
-    >>> from tfmatcomp.rundir import RunDirLock, RunDirLockedError, is_empty
+    >>> from tfmatcomp.runs.rundir import RunDirLock, RunDirLockedError, is_empty
     >>> run = tempfile.mkdtemp()
     >>> with RunDirLock(run) as lock:
     ...     try:

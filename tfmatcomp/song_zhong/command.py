@@ -1,15 +1,15 @@
-"""``tfmatcomp geometry MODEL_DIR TEXT -o geometry.html``: seed 003's whole picture of a local model.
+"""``tfmatcomp geometry MODEL_DIR TEXT -o geometry.html``: Song & Zhong's whole picture of a local model.
 
-:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.geometry.models.load_geometry_model`),
+:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.song_zhong.models.load_geometry_model`),
 cuts the text into ``C`` contexts of ``T`` tokens labelled by document
-(:mod:`~tfmatcomp.geometry.corpus`), streams the decomposition of every layer with a progress bar
+(:mod:`~tfmatcomp.song_zhong.corpus`), streams the decomposition of every layer with a progress bar
 (:func:`~tfmatcomp.decomposition.accumulate`; memory ``O(L (T + C) d + L d^2)``), takes a second pass
 on a few contexts for ``cvec`` / ``resid``, and writes one self-contained HTML page with the report's
 renderer. As the paper (Appendix A.3) the first token is dropped (``drop_first=1``): it acts as a
 null token that draws most attention and distorts the geometry.
 
 Example:
-    >>> from tfmatcomp.geometry.command import SECTIONS
+    >>> from tfmatcomp.song_zhong.command import SECTIONS
     >>> list(SECTIONS)
     ['table1', 'pca', 'gram', 'clusters', 'qk', 'theory', 'induction']
 """
@@ -27,11 +27,11 @@ import pandas as pd
 import torch
 
 from tfmatcomp.decomposition import Decomposition
-from tfmatcomp.geometry import paper
+from tfmatcomp.song_zhong import paper
 from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
-from tfmatcomp.geometry.corpus import Contexts, Document, cut_contexts, read_documents
-from tfmatcomp.geometry.induction import induction_study
-from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
+from tfmatcomp.song_zhong.corpus import Contexts, Document, cut_contexts, read_documents
+from tfmatcomp.song_zhong.induction import induction_study
+from tfmatcomp.song_zhong.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
@@ -283,16 +283,16 @@ def run_geometry(
     sections: list[str] | None = None,
     progress: bool = True,
 ) -> GeometryReport:
-    """Seed 003's measurements of a local model on a text, as one HTML page.
+    """Song & Zhong's measurements of a local model on a text, as one HTML page.
 
     Args:
         model_dir: a local transformers directory (``bert`` or ``gpt2`` model type, with tokenizer),
             or a tfmatcomp HookedDecoder checkpoint (directory, ``model.safetensors`` or run
-            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.geometry.lm.train_lm`
+            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.song_zhong.lm.train_lm`
             writes it).
         text: a text file (documents separated by blank lines), a directory (one document per
-            file), or a list of :class:`~tfmatcomp.geometry.corpus.Document` objects.
-        adapter: how a GPT-2 directory is read (:data:`~tfmatcomp.geometry.models.ADAPTERS`):
+            file), or a list of :class:`~tfmatcomp.song_zhong.corpus.Document` objects.
+        adapter: how a GPT-2 directory is read (:data:`~tfmatcomp.song_zhong.models.ADAPTERS`):
             ``"hooks"`` (``"auto"``: transformers' module with forward hooks) or ``"hooked"``
             (converted to a :class:`~tfmatcomp.HookedDecoder`).
         out: the HTML file to write.

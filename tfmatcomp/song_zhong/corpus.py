@@ -1,6 +1,6 @@
 """Text into contexts: documents (cluster labels) cut into ``C`` windows of ``T`` tokens.
 
-Seed 003 samples ``C`` sequences of ``T`` consecutive tokens from a corpus and colours the context
+Song & Zhong samples ``C`` sequences of ``T`` consecutive tokens from a corpus and colours the context
 basis by the document each sequence came from (Fig. 2: 4 documents, 32 sequences each). Here a
 *document* is one file of a directory (read recursively, sorted by path) or, for a single file, one
 block of text between blank lines. Each document is tokenized once and cut into non-overlapping

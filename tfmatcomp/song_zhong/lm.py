@@ -1,6 +1,6 @@
 """A small character-level GPT (NanoGPT-like) trained on a text the package reaches offline.
 
-Seed 003's Table 1 has a NanoGPT row: a 6-layer character-level GPT trained on Shakespeare
+Song & Zhong's Table 1 has a NanoGPT row: a 6-layer character-level GPT trained on Shakespeare
 (Appendix A.2: AdamW, weight decay 0.1, cosine schedule with warm-up). Nothing may download here,
 so the text is one that ships with Python itself: the help texts of the standard library's
 ``pydoc_data.topics`` (79 topics, about 465K characters; :func:`pydoc_documents`), each topic a
@@ -18,7 +18,7 @@ document, so the context basis has cluster labels too.
 The matrix-completion :class:`~tfmatcomp.Trainer` is not reused for the loop itself: it is built
 around a :class:`~tfmatcomp.MatrixCompletionTask` (its batches, losses and evaluation) and a
 constant-rate Adam. What fits is reused: the decoder's own forward and loss, the checkpoint format,
-the run directory's rules (:func:`tfmatcomp.rundir.check_fresh`) and its metrics log, which
+the run directory's rules (:func:`tfmatcomp.runs.rundir.check_fresh`) and its metrics log, which
 :func:`tfmatcomp.read_metrics` reads.
 
 Example:
@@ -50,8 +50,8 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tfmatcomp.config import DecoderConfig
-from tfmatcomp.decoder import HookedDecoder, next_token_loss
-from tfmatcomp.geometry.corpus import Document
+from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
+from tfmatcomp.song_zhong.corpus import Document
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
 
@@ -309,8 +309,8 @@ def train_lm(
     """
     from tqdm.auto import tqdm
 
-    from tfmatcomp import rundir
-    from tfmatcomp.checkpoint import checkpoint_dir_name, save_checkpoint
+    from tfmatcomp.runs import rundir
+    from tfmatcomp.runs.checkpoint import checkpoint_dir_name, save_checkpoint
 
     check_positive_int("n_steps", n_steps)
     check_positive_int("batch_size", batch_size)

@@ -1,10 +1,10 @@
-"""Models seen the way seed 003 measures them: residual stream, attention input, QK.
+"""Models seen the way Song & Zhong measures them: residual stream, attention input, QK.
 
 :func:`load_geometry_model` reads a local model (nothing downloads) and returns a
 :class:`GeometryModel`, one small adapter per kind:
 
 * **BERT family** (a transformers directory, ``model_type == "bert"``): converted to a
-  :class:`~tfmatcomp.HookedEncoder` (:func:`tfmatcomp.convert.from_hf`); the residual stream is
+  :class:`~tfmatcomp.HookedEncoder` (:func:`tfmatcomp.models.conversion.bert.from_hf`); the residual stream is
   ``blocks.{l}.hook_resid_pre`` plus the last block's output. BERT is post-LN, so block ``l``'s
   attention reads ``h^(l)`` itself and the QK split is taken there
   (:func:`~tfmatcomp.geometry.qk_decomposition`). Bidirectional.
@@ -22,7 +22,7 @@
 * **A tfmatcomp HookedDecoder checkpoint** (a checkpoint directory, its ``model.safetensors``, or a
   run directory, as :func:`~tfmatcomp.save_checkpoint` and the trainers write them): a
   :class:`DecoderGeometry`. Its tokenizer comes from the checkpoint's metadata (a
-  :class:`~tfmatcomp.geometry.lm.CharTokenizer` saved by :func:`~tfmatcomp.geometry.lm.train_lm`).
+  :class:`~tfmatcomp.song_zhong.lm.CharTokenizer` saved by :func:`~tfmatcomp.song_zhong.lm.train_lm`).
 
 :class:`DecoderGeometry` reads a pre-LN decoder as the paper did: the stream is
 ``blocks.{l}.hook_resid_pre`` for ``l < L`` and the output of ``ln_final`` for ``L`` (transformers'
@@ -302,7 +302,7 @@ class DecoderGeometry(_HookedWeights, _ForwardHookGeometry):
             "contexts; W_Q, W_K, b_Q, b_K are the block's own.")
 
     def __init__(self, model: nn.Module, family: str = "decoder"):
-        from tfmatcomp.decoder import HookedDecoder
+        from tfmatcomp.models.decoder import HookedDecoder
 
         if not isinstance(model, HookedDecoder):
             raise ValueError(f"model: expected a tfmatcomp HookedDecoder, got {type(model).__name__}")
@@ -353,9 +353,9 @@ def _is_tfmatcomp_checkpoint(p: Path) -> bool:
 
 
 def _load_checkpoint_model(p: Path, adapter: str) -> tuple[GeometryModel, Any]:
-    from tfmatcomp.checkpoint import load_checkpoint_info
-    from tfmatcomp.decoder import HookedDecoder
-    from tfmatcomp.geometry.lm import tokenizer_from_metadata
+    from tfmatcomp.runs.checkpoint import load_checkpoint_info
+    from tfmatcomp.models.decoder import HookedDecoder
+    from tfmatcomp.song_zhong.lm import tokenizer_from_metadata
 
     if adapter == "hooks":
         raise ValueError("adapter: a tfmatcomp checkpoint is read as a HookedDecoder; use 'auto' "
@@ -368,7 +368,7 @@ def _load_checkpoint_model(p: Path, adapter: str) -> tuple[GeometryModel, Any]:
     tokenizer = tokenizer_from_metadata(info.metadata)
     if tokenizer is None:
         raise ValueError(f"model_dir: the checkpoint {str(info.path)!r} records no tokenizer in its "
-                         "metadata (train it with tfmatcomp.geometry.lm.train_lm, or save it with "
+                         "metadata (train it with tfmatcomp.song_zhong.lm.train_lm, or save it with "
                          "metadata={'tokenizer': CharTokenizer(...).to_dict()})")
     return DecoderGeometry(model.eval(), family=str(info.metadata.get("family", "decoder"))), tokenizer
 
@@ -427,7 +427,7 @@ def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device
     if cfg.model_type == "bert":
         from transformers import BertModel
 
-        from tfmatcomp.convert import from_hf
+        from tfmatcomp.models.conversion.bert import from_hf
 
         if adapter == "hooks":
             raise ValueError("adapter: BERT is always read as a converted HookedEncoder; use 'auto' "
@@ -439,7 +439,7 @@ def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device
 
         gpt2 = _from_pretrained(GPT2Model, p).eval()
         if adapter == "hooked":
-            from tfmatcomp.decoder import HookedDecoder
+            from tfmatcomp.models.decoder import HookedDecoder
 
             gm = DecoderGeometry(HookedDecoder.from_hf(gpt2).eval(), family="gpt2")
         else:

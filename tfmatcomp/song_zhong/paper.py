@@ -1,4 +1,4 @@
-"""Seed 003's published numbers (Song & Zhong 2023), in one place, for the report to show beside ours.
+"""Song & Zhong's published numbers (Song & Zhong 2023), in one place, for the report to show beside ours.
 
 * :data:`PAPER_TABLE1`: Table 1, mean (std) across layers, per model and corpus;
 * :data:`PAPER_SCREENOT_RANKS`, :data:`PAPER_STABLE_RANKS`: Tables 3 and 4, per layer (0..12), for

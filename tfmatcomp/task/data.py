@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_device
 
 __all__ = ["MatrixBatch", "MatrixCompletionTask", "MatrixMixtureTask", "Distribution"]
@@ -233,7 +233,7 @@ class MatrixCompletionTask:
 
 @dataclass(frozen=True)
 class MatrixMixtureTask:
-    """A uniform mixture of square sizes (seed 002, Appendix I): each batch draws one size ``n``
+    """A uniform mixture of square sizes (the NeurIPS paper, Appendix I): each batch draws one size ``n``
     uniformly from ``sizes`` and holds ``n x n`` matrices of it (no padding: a batch of ``n x n``
     matrices is ``n * n`` positions long, row-major, so a model needs ``max(sizes) ** 2``
     positions). Rank, mask probability and entry law are shared by every size.

@@ -1,4 +1,4 @@
-"""The GPT variant of matrix completion (seed 002 Appendix G, seed 001 Figure 11).
+"""The GPT variant of matrix completion (the NeurIPS paper, Appendix G and Figure 11).
 
 A decoder reads the masked matrix, a separator, then the whole matrix, entry by entry::
 
@@ -14,7 +14,7 @@ ids (MASK 0, separator 404). The entry ``k`` of the matrix is *predicted* at pos
 
 Training is next-token cross-entropy. :func:`value_token_loss` takes it on the generated part only
 (the ``P`` value tokens, what this library trains on); the papers' code took it on every position
-of the sequence, prompt included (:func:`tfmatcomp.decoder.next_token_loss`). Predictions at the
+of the sequence, prompt included (:func:`tfmatcomp.models.decoder.next_token_loss`). Predictions at the
 matrix entries are the arg-max over value ids, decoded to real values, so the encoder's losses
 ``L``, ``L_obs``, ``L_mask`` apply unchanged; :func:`gpt_losses` adds the cross-entropy and the
 accuracies at observed and masked entries that the papers report for the GPT variant. These are
@@ -23,7 +23,7 @@ greedy autoregressive completion.
 
 Example:
     >>> import torch, tfmatcomp as tm
-    >>> from tfmatcomp.gpt_task import decode_sequence, encode_sequence
+    >>> from tfmatcomp.task.gpt import decode_sequence, encode_sequence
     >>> batch = tm.MatrixCompletionTask(4, rank=1).sample(3, generator=torch.Generator().manual_seed(0))
     >>> seq = encode_sequence(batch)
     >>> seq.shape, int(seq[0, 16])
@@ -40,9 +40,9 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tfmatcomp.data import MatrixBatch
-from tfmatcomp.metrics import losses
-from tfmatcomp.tokenizer import ValueTokenizer
+from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.task.metrics import losses
+from tfmatcomp.task.tokenizer import ValueTokenizer
 
 __all__ = ["sep_token_id", "gpt_vocab_size", "sequence_length", "n_entries", "encode_sequence",
            "decode_sequence", "value_logits", "value_token_loss", "predicted_values", "gpt_losses",

@@ -5,7 +5,7 @@ row-major like the task's sequences (position ``k = n_cols * row + col``). Shape
 for every matrix in a batch) or ``[batch, pos]``. Either shape can be passed straight to
 ``MatrixCompletionTask.sample(observed=...)``.
 
-The papers (seed 000 Appendices E and H, seed 002 Section 3.2.2) study attention under *structured*
+The papers (the workshop paper Appendices E and H, the NeurIPS paper Section 3.2.2) study attention under *structured*
 masks: a few rows fully masked except chosen entries ("row masks"), keeping the mask fixed while the
 matrices vary. :func:`row_mask` and :func:`column_mask` build such masks; :func:`random_row_masks`
 and :func:`random_column_masks` draw families of them from an explicit generator.
@@ -13,7 +13,7 @@ and :func:`random_column_masks` draw families of them from an explicit generator
 Example:
     >>> import torch
     >>> from tfmatcomp import MatrixCompletionTask
-    >>> from tfmatcomp.masks import row_mask, format_mask
+    >>> from tfmatcomp.task.masks import row_mask, format_mask
     >>> obs = row_mask(4, masked_rows=[1, 2], keep={1: 0, 2: 3})
     >>> print(format_mask(obs, 4, 4))
     # # # #

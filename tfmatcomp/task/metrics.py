@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.data import MatrixBatch
+from tfmatcomp.task.data import MatrixBatch
 
 __all__ = ["masked_mse", "losses", "L_mask_prime", "mean_abs_prediction"]
 
@@ -60,7 +60,7 @@ def losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch) -> dict[
 
 def L_mask_prime(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch, m: float) -> Float[Tensor, ""]:
     """``L'_mask``: MSE between the predictions at masked entries and the substituted value ``m``
-    (seed 000, Section 3.1.1). With MASK left in place, use ``m = 0``."""
+    (the workshop paper, Section 3.1.1). With MASK left in place, use ``m = 0``."""
     return masked_mse(predictions, torch.full_like(predictions, float(m)), batch.masked)
 
 

@@ -60,10 +60,10 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from tfmatcomp.components.layer_norm import _hooked
-from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
-from tfmatcomp.metrics import masked_mse
-from tfmatcomp.model import HookedEncoder, UncheckedForward
+from tfmatcomp.models.components.layer_norm import _hooked
+from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.validation import check_choice
 
 __all__ = ["FastStep", "use_fast", "decide", "cpu_bf16_units", "retain_freed_memory", "blocker",

@@ -39,12 +39,12 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from tfmatcomp.validation import read_json_bounded
-from tfmatcomp import rundir
-from tfmatcomp.checkpoint import latest_checkpoint, list_checkpoints
+from tfmatcomp.runs import rundir
+from tfmatcomp.runs.checkpoint import latest_checkpoint, list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
-from tfmatcomp.metrics import losses
-from tfmatcomp.model import HookedEncoder, UncheckedForward
-from tfmatcomp.training import (
+from tfmatcomp.task.metrics import losses
+from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
+from tfmatcomp.training.trainer import (
     Trainer, TrainResult, _check_n_steps, _check_resume_overwrite, _resume_and_run,
 )
 
@@ -99,7 +99,7 @@ def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
 
 @dataclass
 class MultiSeedResult:
-    """What :func:`train_many` returns: one :class:`~tfmatcomp.training.TrainResult` per seed.
+    """What :func:`train_many` returns: one :class:`~tfmatcomp.training.trainer.TrainResult` per seed.
 
     Index it by seed (``result[3].model``), iterate over ``(seed, TrainResult)`` pairs, or read every
     seed's log at once from :attr:`metrics` (a ``seed`` column added).

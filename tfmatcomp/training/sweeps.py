@@ -9,7 +9,7 @@ configurations of different shapes simply run one after another. Configuration `
 multi-seed run directory ``OUT/<c>/`` (``OUT/d_model=32,n_layers=2/seed-0/``, ...), and a sweep
 run again resumes every unfinished run and skips the finished ones without touching them.
 
-Derived fields follow a swept one, as in the papers' width and depth figures (seed 001, Figs. 13
+Derived fields follow a swept one, as in the papers' width and depth figures (the NeurIPS paper, Figs. 13
 and 14): sweeping ``d_model`` keeps the preset's ``d_mlp / d_model`` ratio (the papers' ``4d``) and
 ``d_head = d_model / n_heads`` (also when ``n_heads`` is swept), and sweeping the matrix size sets
 ``n_ctx`` to ``n_rows * n_cols``, unless those fields are swept themselves.
@@ -39,10 +39,10 @@ import pandas as pd
 import torch
 
 from tfmatcomp.validation import read_json_bounded
-from tfmatcomp.checkpoint import list_checkpoints
+from tfmatcomp.runs.checkpoint import list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
-from tfmatcomp.multiseed import parse_seeds, seed_dir, train_many
-from tfmatcomp.training import _check_resume_overwrite, read_metrics
+from tfmatcomp.training.multiseed import parse_seeds, seed_dir, train_many
+from tfmatcomp.training.trainer import _check_resume_overwrite, read_metrics
 
 __all__ = ["SweepConfig", "SweepResult", "ALIASES", "DEFAULT_GRID", "PAPER_GRIDS", "expand_grid",
            "sweep", "read_sweep", "sweep_table", "SWEEP_FILE"]
@@ -51,7 +51,7 @@ __all__ = ["SweepConfig", "SweepResult", "ALIASES", "DEFAULT_GRID", "PAPER_GRIDS
 ALIASES: dict[str, str] = {"width": "d_model", "depth": "n_layers", "heads": "n_heads"}
 #: The CLI's default: widths around the tiny preset's 64 (a CPU grid; see docs/sweeps.md).
 DEFAULT_GRID: dict[str, tuple] = {"d_model": (32, 64, 128)}
-#: The papers' grids on the ``paper-4l8h`` preset (7x7 rank 2; seed 001 Figs. 13 and 14): GPU-sized.
+#: The papers' grids on the ``paper-4l8h`` preset (7x7 rank 2; the NeurIPS paper Figs. 13 and 14): GPU-sized.
 PAPER_GRIDS: dict[str, dict[str, tuple]] = {
     "width": {"d_model": (64, 128, 256, 512, 768, 1024)},
     "depth": {"n_layers": (4, 6, 8, 12)},
@@ -193,7 +193,7 @@ def _tail_median(values: pd.Series) -> float:
 def sweep_table(metrics: pd.DataFrame, fields: Sequence[str], column: str = "eval_L_mask") -> pd.DataFrame:
     """One row per configuration and seed of a sweep's metrics: the swept ``fields``, ``seed``,
     ``steps`` (the last logged step), ``final_L_mask`` and ``final_L_obs`` (medians over the last
-    10% of the log), and the drop of ``column`` found by :func:`tfmatcomp.dynamics.detect_drop`
+    10% of the log), and the drop of ``column`` found by :func:`tfmatcomp.analyses.dynamics.detect_drop`
     (``has_drop``, ``drop_step``, ``drop_start``, ``drop_end``, ``plateau_L_mask``,
     ``drop_reason``; steps NaN without a drop, and for logs under the detector's 8 points).
 
@@ -204,7 +204,7 @@ def sweep_table(metrics: pd.DataFrame, fields: Sequence[str], column: str = "eva
         >>> sweep_table(m, ["width"])[["width", "seed", "steps", "has_drop"]].values.tolist()
         [[8, 0, 2, False]]
     """
-    from tfmatcomp.dynamics import detect_drop
+    from tfmatcomp.analyses.dynamics import detect_drop
 
     rows = []
     keys = [*fields, "seed"]

@@ -3,7 +3,7 @@
 The model kind follows the model config, decided in one place (:func:`model_class`): an
 :class:`~tfmatcomp.EncoderConfig` trains a :class:`~tfmatcomp.HookedEncoder` on the masked-entry MSE;
 a :class:`~tfmatcomp.DecoderConfig` trains a :class:`~tfmatcomp.HookedDecoder` on the GPT variant
-(:mod:`tfmatcomp.gpt_task`: next-token cross-entropy on the value tokens). Both log ``L``,
+(:mod:`tfmatcomp.task.gpt`: next-token cross-entropy on the value tokens). Both log ``L``,
 ``L_obs``, ``L_mask`` (the decoder's from its arg-max values); the decoder also logs ``CE*`` and
 ``acc*`` and, at evaluation, the papers' greedy completion (``gen_*``).
 
@@ -18,7 +18,7 @@ Conventions of the metrics log (``RUN_DIR/metrics.jsonl``, one JSON object per l
 * ``eval_*``: losses on a fresh evaluation batch, measured after the update.
 * the checkpoint at step ``s`` holds the weights after ``s`` updates.
 
-A run directory holds one run, written by one trainer at a time (see :mod:`tfmatcomp.rundir`):
+A run directory holds one run, written by one trainer at a time (see :mod:`tfmatcomp.runs.rundir`):
 training from step 0 into a directory that holds a run is refused unless ``resume=True`` or
 ``overwrite=True``, and a trainer locks the directory while it writes.
 
@@ -44,19 +44,20 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from tfmatcomp import rundir
-from tfmatcomp.checkpoint import (
+from tfmatcomp.runs import rundir
+from tfmatcomp.runs.checkpoint import (
     CheckpointError, ConfigMismatchError, checkpoint_dir_name, list_checkpoints,
     load_checkpoint_info, load_training_state, save_checkpoint,
 )
 from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
-from tfmatcomp.data import MatrixBatch
+from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.datapath import inference_bf16
-from tfmatcomp.decoder import HookedDecoder
-from tfmatcomp import fast_step, gpt_task
-from tfmatcomp.metrics import losses, masked_mse
-from tfmatcomp.model import HookedEncoder
-from tfmatcomp.rundir import METRICS_FILE, RunDirError
+from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.training import fast_step
+from tfmatcomp.task import gpt as gpt_task
+from tfmatcomp.task.metrics import losses, masked_mse
+from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.runs.rundir import METRICS_FILE, RunDirError
 from tfmatcomp.validation import check_device
 
 __all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device", "model_class"]
@@ -104,7 +105,7 @@ class Trainer:
         model_cfg, task_cfg, train_cfg: override the preset's configs.
         out_dir: run directory for ``metrics.jsonl`` and ``checkpoints/``; None keeps everything in
             memory (no checkpoints, no resume). Training from step 0 refuses a directory that
-            already holds a run (:class:`~tfmatcomp.rundir.RunDirError`); call :meth:`resume`
+            already holds a run (:class:`~tfmatcomp.runs.rundir.RunDirError`); call :meth:`resume`
             to continue it. The trainer locks the directory while it writes (during
             :meth:`run`, and from :meth:`resume` until the end of the next run or :meth:`close`).
         overwrite: clear ``out_dir`` before training from step 0 (only a directory holding nothing
@@ -118,7 +119,7 @@ class Trainer:
         train_overrides: :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``).
 
     On CUDA, and on a CPU with bf16 matrix units for models with ``d_model >= 256``, a run that
-    allows it takes the fast step of :mod:`tfmatcomp.fast_step` (bf16 matmuls, fused Adam);
+    allows it takes the fast step of :mod:`tfmatcomp.training.fast_step` (bf16 matmuls, fused Adam);
     ``fast=False`` keeps the explicit float32 step. ``step_reason`` (also in ``run.json``) says
     which step runs and why. A run with a hook attached when :meth:`run` starts takes the
     explicit step.
@@ -463,7 +464,7 @@ class Trainer:
     def batch_metrics(self, output: torch.Tensor, batch: MatrixBatch,
                       tokens: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The logged losses of the model's ``output`` on ``batch`` (:func:`tfmatcomp.losses`, or
-        :func:`tfmatcomp.gpt_task.gpt_losses` for a decoder)."""
+        :func:`tfmatcomp.task.gpt.gpt_losses` for a decoder)."""
         return gpt_task.gpt_losses(output, batch, tokens) if self.is_decoder else losses(output, batch)
 
     def update(self) -> tuple[torch.Tensor, MatrixBatch]:
@@ -495,7 +496,7 @@ class Trainer:
         return predictions, masked_mse(predictions, batch.values)
 
     def _fast_update(self) -> tuple[torch.Tensor, MatrixBatch]:
-        """:meth:`update` through :class:`~tfmatcomp.fast_step.FastStep`: no host sync; a
+        """:meth:`update` through :class:`~tfmatcomp.training.fast_step.FastStep`: no host sync; a
         non-finite loss is reported at the next logging or checkpoint step."""
         batch = fast_step.sample_batch(self.task, self.train_cfg.batch_size, self.train_gen,
                                        self.device)

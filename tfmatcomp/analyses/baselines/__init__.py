@@ -1,6 +1,6 @@
 """Nuclear-norm minimization: the classical baseline the papers compare BERT against.
 
-Two problems, for each masked matrix ``A`` with observed set ``Omega`` (seed 000, Appendix A):
+Two problems, for each masked matrix ``A`` with observed set ``Omega`` (the workshop paper, Appendix A):
 
 * constrained (Eq. 1): ``min ||X||_*  s.t.  X_ij = A_ij  for (i, j) in Omega``;
 * regularized (Eq. 2): ``min (1/|Omega|) sum_{(i,j) in Omega} (X_ij - A_ij)^2 + lam ||X||_*``.
@@ -25,16 +25,16 @@ give the same answers:
 
 :func:`complete_nuclear_norm` dispatches on ``method`` and takes a :class:`~tfmatcomp.MatrixBatch`.
 The papers' comparisons are :func:`compare_with_model` (model vs nuclear norm across ``p_mask``,
-seed 000 Fig. 5 / seed 002 Fig. 3) and :func:`lambda_table` (seed 000 Appendix D).
+the workshop paper Fig. 5 / the NeurIPS paper Fig. 3) and :func:`lambda_table` (the workshop paper Appendix D).
 
 The package, solvers apart from the comparisons:
 
-* :mod:`~tfmatcomp.baselines.solution`: the inputs' checks and :class:`NuclearNormSolution`;
-* :mod:`~tfmatcomp.baselines.smoothing`: the barrier-smoothed nuclear norm and its derivatives;
-* :mod:`~tfmatcomp.baselines.solver`: the batched torch solver;
-* :mod:`~tfmatcomp.baselines.cvxpy_path`: the cvxpy reference;
-* :mod:`~tfmatcomp.baselines.complete`: :func:`complete_nuclear_norm` on a batch;
-* :mod:`~tfmatcomp.baselines.compare`: the model-vs-baseline tables.
+* :mod:`~tfmatcomp.analyses.baselines.solution`: the inputs' checks and :class:`NuclearNormSolution`;
+* :mod:`~tfmatcomp.analyses.baselines.smoothing`: the barrier-smoothed nuclear norm and its derivatives;
+* :mod:`~tfmatcomp.analyses.baselines.solver`: the batched torch solver;
+* :mod:`~tfmatcomp.analyses.baselines.cvxpy_path`: the cvxpy reference;
+* :mod:`~tfmatcomp.analyses.baselines.complete`: :func:`complete_nuclear_norm` on a batch;
+* :mod:`~tfmatcomp.analyses.baselines.compare`: the model-vs-baseline tables.
 
 Example:
     >>> import torch
@@ -49,7 +49,7 @@ Example:
 """
 
 
-from tfmatcomp.baselines.compare import (
+from tfmatcomp.analyses.baselines.compare import (
     PAPER_LAMBDA_TABLE,
     PAPER_LAMBDAS,
     PAPER_P_MASKS,
@@ -58,10 +58,10 @@ from tfmatcomp.baselines.compare import (
     lambda_table,
     model_predictions,
 )
-from tfmatcomp.baselines.complete import Method, complete_nuclear_norm  # noqa: F401  (Method: the solver names)
-from tfmatcomp.baselines.cvxpy_path import solve_nuclear_norm_cvxpy
-from tfmatcomp.baselines.solution import NuclearNormSolution, batch_losses, nuclear_norm
-from tfmatcomp.baselines.solver import solve_nuclear_norm_torch
+from tfmatcomp.analyses.baselines.complete import Method, complete_nuclear_norm  # noqa: F401  (Method: the solver names)
+from tfmatcomp.analyses.baselines.cvxpy_path import solve_nuclear_norm_cvxpy
+from tfmatcomp.analyses.baselines.solution import NuclearNormSolution, batch_losses, nuclear_norm
+from tfmatcomp.analyses.baselines.solver import solve_nuclear_norm_torch
 
 __all__ = [
     "NuclearNormSolution", "nuclear_norm", "solve_nuclear_norm_torch", "solve_nuclear_norm_cvxpy",

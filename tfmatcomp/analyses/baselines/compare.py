@@ -1,6 +1,6 @@
 """The papers' comparisons: model vs nuclear-norm minimization across ``p_mask``
-(:func:`compare_with_model`; seed 000 Fig. 5, seed 002 Fig. 3) and the regularized table
-(:func:`lambda_table`; seed 000 Appendix D).
+(:func:`compare_with_model`; the workshop paper Fig. 5, the NeurIPS paper Fig. 3) and the regularized table
+(:func:`lambda_table`; the workshop paper Appendix D).
 
 Example:
     >>> PAPER_P_MASKS[:3], PAPER_LAMBDAS[0]
@@ -17,9 +17,9 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.baselines.complete import Method, complete_nuclear_norm
-from tfmatcomp.baselines.solution import batch_losses, nuclear_norm
-from tfmatcomp.data import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.analyses.baselines.complete import Method, complete_nuclear_norm
+from tfmatcomp.analyses.baselines.solution import batch_losses, nuclear_norm
+from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.datapath import resolve_task, sample_batch
 from tfmatcomp.validation import check_positive_int
 
@@ -28,7 +28,7 @@ __all__ = [
     "PAPER_LAMBDA_TABLE", "PAPER_P_MASKS", "PAPER_LAMBDAS",
 ]
 
-#: The regularized nuclear-norm results of seed 000, Appendix D (256 samples, 7x7, rank 2,
+#: The regularized nuclear-norm results of the workshop paper, Appendix D (256 samples, 7x7, rank 2,
 #: p_mask 0.3): ``lam -> (L_obs, L_mask, L)``.
 PAPER_LAMBDA_TABLE: dict[float, tuple[float, float, float]] = {
     5e-4: (1.015e-5, 0.040728, 0.012173),
@@ -73,7 +73,7 @@ def comparison_row(
     **extra: Any,
 ) -> dict[str, Any]:
     """One row of a model-vs-baseline table: ``extra``, ``method=kind``, the losses of ``preds`` on
-    ``batch`` (matrices where ``keep`` is True; see :func:`~tfmatcomp.baselines.batch_losses`), the
+    ``batch`` (matrices where ``keep`` is True; see :func:`~tfmatcomp.analyses.baselines.batch_losses`), the
     mean nuclear norm of the predicted matrices and ``n_samples``.
 
     Example:
@@ -106,7 +106,7 @@ def compare_with_model(
     method: Method = "torch",
     **solver_options: Any,
 ) -> pd.DataFrame:
-    """Model vs nuclear-norm minimization across ``p_mask`` (seed 000 Fig. 5, seed 002 Fig. 3).
+    """Model vs nuclear-norm minimization across ``p_mask`` (the workshop paper Fig. 5, the NeurIPS paper Fig. 3).
 
     For each ``p_mask`` a fresh batch is drawn from ``task`` with that masking probability (one
     generator seeded with ``seed``, batches drawn in order), the model predicts via
@@ -165,7 +165,7 @@ def lambda_table(
     include_constrained: bool = False,
     **solver_options: Any,
 ) -> pd.DataFrame:
-    """The regularized nuclear-norm table of seed 000, Appendix D: ``L_obs, L_mask, L`` per lambda.
+    """The regularized nuclear-norm table of the workshop paper, Appendix D: ``L_obs, L_mask, L`` per lambda.
 
     All lambdas are solved on the same ``n_samples`` matrices from ``task`` (a MatrixCompletionTask,
     TaskConfig or preset name; default 7x7, rank 2, p_mask 0.3), drawn with a generator seeded by

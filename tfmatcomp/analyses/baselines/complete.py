@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from tfmatcomp.baselines.cvxpy_path import solve_nuclear_norm_cvxpy
-from tfmatcomp.baselines.solution import NuclearNormSolution
-from tfmatcomp.baselines.solver import solve_nuclear_norm_torch
-from tfmatcomp.data import MatrixBatch
+from tfmatcomp.analyses.baselines.cvxpy_path import solve_nuclear_norm_cvxpy
+from tfmatcomp.analyses.baselines.solution import NuclearNormSolution
+from tfmatcomp.analyses.baselines.solver import solve_nuclear_norm_torch
+from tfmatcomp.task.data import MatrixBatch
 
 __all__ = ["complete_nuclear_norm", "Method"]
 

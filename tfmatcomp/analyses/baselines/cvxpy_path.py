@@ -2,7 +2,7 @@
 
 The solver is named explicitly (``"CLARABEL"`` by default; ``"SCS"`` is what the papers' code ran)
 and the status is checked per matrix: a failed matrix is reported in
-:attr:`~tfmatcomp.baselines.NuclearNormSolution.status` and left as NaN, and the batch goes on.
+:attr:`~tfmatcomp.analyses.baselines.NuclearNormSolution.status` and left as NaN, and the batch goes on.
 
 Example:
     >>> import torch
@@ -22,7 +22,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.baselines.solution import NuclearNormSolution, check_problem
+from tfmatcomp.analyses.baselines.solution import NuclearNormSolution, check_problem
 
 __all__ = ["solve_nuclear_norm_cvxpy"]
 

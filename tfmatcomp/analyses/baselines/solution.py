@@ -1,6 +1,6 @@
 """The nuclear-norm problems' inputs and their answer: :class:`NuclearNormSolution`, scored against a batch.
 
-Both solvers (:mod:`~tfmatcomp.baselines.solver`, :mod:`~tfmatcomp.baselines.cvxpy_path`) check
+Both solvers (:mod:`~tfmatcomp.analyses.baselines.solver`, :mod:`~tfmatcomp.analyses.baselines.cvxpy_path`) check
 their inputs with :func:`check_problem` and return a :class:`NuclearNormSolution`.
 
 Example:
@@ -19,8 +19,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.data import MatrixBatch
-from tfmatcomp.metrics import losses
+from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.task.metrics import losses
 from tfmatcomp.validation import check_positive_int
 
 __all__ = ["NuclearNormSolution", "nuclear_norm", "batch_losses", "check_problem"]
@@ -72,7 +72,7 @@ class NuclearNormSolution:
 
     def losses(self, batch: MatrixBatch) -> dict[str, float]:
         """``L``, ``L_obs``, ``L_mask``, ``mean_abs_pred_mask`` of the converged solutions against
-        ``batch`` (via :func:`tfmatcomp.metrics.losses`), plus ``n_failed``."""
+        ``batch`` (via :func:`tfmatcomp.task.metrics.losses`), plus ``n_failed``."""
         return batch_losses(self.predictions, batch, self.converged)
 
 
@@ -91,7 +91,7 @@ def nuclear_norm(matrices: Float[Tensor, "*batch n_rows n_cols"]) -> Float[Tenso
 
 def batch_losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch,
                  keep: Bool[Tensor, "batch"] | None = None) -> dict[str, float]:
-    """:func:`tfmatcomp.metrics.losses` of ``predictions`` on the matrices where ``keep`` is True,
+    """:func:`tfmatcomp.task.metrics.losses` of ``predictions`` on the matrices where ``keep`` is True,
     as floats, plus ``n_failed`` (the number left out).
 
     Example:

@@ -1,6 +1,6 @@
 """The batched nuclear-norm solver: :func:`solve_nuclear_norm_torch`.
 
-Newton path following on the barrier-smoothed nuclear norm (:mod:`~tfmatcomp.baselines.smoothing`),
+Newton path following on the barrier-smoothed nuclear norm (:mod:`~tfmatcomp.analyses.baselines.smoothing`),
 the whole batch at once on any device. Each iteration is one batched SVD, the Hessian on the free
 entries as one ``bmm`` of factors built from the SVD rows, and a batched Cholesky solve giving both
 the corrector and the path tangent; ``mu`` shrinks after every full step, a last first-order
@@ -21,8 +21,8 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.baselines.smoothing import _barrier_coefficients, _smoothed
-from tfmatcomp.baselines.solution import NuclearNormSolution, check_problem
+from tfmatcomp.analyses.baselines.smoothing import _barrier_coefficients, _smoothed
+from tfmatcomp.analyses.baselines.solution import NuclearNormSolution, check_problem
 from tfmatcomp.validation import check_in_range, check_positive_int
 
 __all__ = ["solve_nuclear_norm_torch"]

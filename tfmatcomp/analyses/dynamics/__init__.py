@@ -1,11 +1,11 @@
 """Training dynamics: the sudden drop in the loss (:mod:`.drop`) and component-wise training
-(:mod:`.components`), seed 002 Section 4."""
+(:mod:`.components`), the NeurIPS paper Section 4."""
 
-from tfmatcomp.dynamics.components import (
+from tfmatcomp.analyses.dynamics.components import (
     COMPONENT_GROUPS, PAPER_COMPONENTS, component_parameter_names, component_predicate,
     component_training, reinitialize_component, train_component,
 )
-from tfmatcomp.dynamics.drop import DropResult, detect_drop, summarize_drops
+from tfmatcomp.analyses.dynamics.drop import DropResult, detect_drop, summarize_drops
 
 __all__ = [
     "DropResult", "detect_drop", "summarize_drops", "COMPONENT_GROUPS", "PAPER_COMPONENTS",

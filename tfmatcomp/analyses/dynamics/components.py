@@ -1,11 +1,11 @@
-"""Component-wise training (seed 002 Sec. 4, Fig. 8).
+"""Component-wise training (the NeurIPS paper Sec. 4, Fig. 8).
 
 **Component-wise training.** :func:`train_component` takes a trained model (or checkpoint),
 re-initializes one component group with the model's own initialization (a fresh
 :class:`~tfmatcomp.HookedEncoder` built from an explicit seed / generator, whose parameters in the
 group are copied over), freezes everything else and trains the group with
 :func:`tfmatcomp.train`, which logs the usual metrics. The groups are those of
-:mod:`tfmatcomp.param_groups` (shared with weight transplants, :data:`COMPONENT_GROUPS` is a view),
+:mod:`tfmatcomp.models.param_groups` (shared with weight transplants, :data:`COMPONENT_GROUPS` is a view),
 which follow HuggingFace BERT's modules: ``attention`` (alias ``attn``: Q, K, V, O and the
 LayerNorm after attention), ``mlp`` (both MLP layers and the LayerNorm after them),
 ``token_embed`` (``W_E``), ``pos_embed`` (``W_pos``), plus ``embed`` (all embedding parameters
@@ -22,22 +22,22 @@ from typing import Any
 import pandas as pd
 import torch
 
-from tfmatcomp.model import HookedEncoder
-from tfmatcomp.param_groups import GROUPS, group_parameter_names, group_predicate
+from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.param_groups import GROUPS, group_parameter_names, group_predicate
 from tfmatcomp.validation import is_int
 
 __all__ = ["COMPONENT_GROUPS", "PAPER_COMPONENTS", "component_predicate", "component_parameter_names",
            "reinitialize_component", "train_component", "component_training"]
 
-#: The shared parameter groups (a view of :data:`tfmatcomp.param_groups.GROUPS`, aliases included).
+#: The shared parameter groups (a view of :data:`tfmatcomp.models.param_groups.GROUPS`, aliases included).
 COMPONENT_GROUPS: Mapping[str, Callable[[str], bool]] = GROUPS
-#: The four groups of seed 002, Fig. 8.
+#: The four groups of the NeurIPS paper, Fig. 8.
 PAPER_COMPONENTS: tuple[str, ...] = ("attention", "mlp", "token_embed", "pos_embed")
 
 
 def component_predicate(group: str | Sequence[str]) -> Callable[[str], bool]:
     """A predicate on parameter names selecting one group or the union of several
-    (:func:`tfmatcomp.param_groups.group_predicate`).
+    (:func:`tfmatcomp.models.param_groups.group_predicate`).
 
     Example:
         >>> pred = component_predicate("attention")
@@ -48,7 +48,7 @@ def component_predicate(group: str | Sequence[str]) -> Callable[[str], bool]:
 
 
 def component_parameter_names(model: HookedEncoder, group: str | Sequence[str]) -> list[str]:
-    """Names of ``model``'s parameters in ``group`` (:func:`tfmatcomp.param_groups.group_parameter_names`).
+    """Names of ``model``'s parameters in ``group`` (:func:`tfmatcomp.models.param_groups.group_parameter_names`).
 
     Example:
         >>> import tfmatcomp as tm
@@ -104,7 +104,7 @@ def _load_source(source, task_cfg, train_cfg):
     if isinstance(source, HookedEncoder):
         return source, task_cfg, train_cfg
     if isinstance(source, (str, os.PathLike)):
-        from tfmatcomp.checkpoint import load_checkpoint_info
+        from tfmatcomp.runs.checkpoint import load_checkpoint_info
 
         model, info = load_checkpoint_info(source)
         return model, task_cfg or info.task_cfg, train_cfg or info.train_cfg
@@ -138,7 +138,7 @@ def train_component(
         train_overrides: TrainConfig fields, e.g. ``n_steps=2000, log_every=20, seed=0``.
 
     Returns:
-        The :class:`tfmatcomp.training.TrainResult` of :func:`tfmatcomp.train` (``.metrics`` has
+        The :class:`tfmatcomp.training.trainer.TrainResult` of :func:`tfmatcomp.train` (``.metrics`` has
         the usual columns; ``.model`` the trained model).
 
     Example:
@@ -149,7 +149,7 @@ def train_component(
         >>> list(r.metrics["step"])
         [2, 4]
     """
-    from tfmatcomp.training import train
+    from tfmatcomp.training.trainer import train
 
     model, task_cfg, train_cfg = _load_source(source, task_cfg, train_cfg)
     model = reinitialize_component(model, group, reinit_seed)
@@ -167,7 +167,7 @@ def component_training(
     out_dir: str | os.PathLike | None = None,
     **options: Any,
 ) -> pd.DataFrame:
-    """Seed 002 Fig. 8: train each group alone (others frozen at their trained values).
+    """The NeurIPS paper Fig. 8: train each group alone (others frozen at their trained values).
 
     Each group gets the same ``reinit_seed`` and the same training seed (``seed=`` in ``options``),
     so runs differ only in what is trainable. With ``include_all`` a run that re-initializes and

@@ -1,4 +1,4 @@
-"""The sudden drop in the loss curve (seed 002 Sec. 4).
+"""The sudden drop in the loss curve (the NeurIPS paper Sec. 4).
 
 **Drop detection.** :func:`detect_drop` works on ``log10 L`` (multiplicative noise becomes additive)
 after a running median (isolated spikes removed), in three steps:
@@ -105,7 +105,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 def _steps_and_losses(data, losses, column: str, step_column: str):
     if isinstance(data, (str, os.PathLike)):
-        from tfmatcomp.training import read_metrics
+        from tfmatcomp.training.trainer import read_metrics
 
         data = read_metrics(data)
     if isinstance(data, pd.DataFrame):

@@ -1,8 +1,8 @@
 """Attention-head analysis: mean attention maps and a geometric head taxonomy.
 
-The papers (seed 000 Section 3 and Appendices E, G, H; seed 002 Section 3.2.2 and Appendix M) read
+The papers (the workshop paper Section 3 and Appendices E, G, H; the NeurIPS paper Section 3.2.2 and Appendix M) read
 the 4L8H model's attention maps averaged over samples, under random masks and under structured
-masks (:mod:`tfmatcomp.masks`), and name head types:
+masks (:mod:`tfmatcomp.task.masks`), and name head types:
 
 * **row** heads attend to the query's row (block-diagonal maps), **column** heads to its column
   ("parallel off-diagonal" maps), **identity** heads to the query itself (diagonal maps);
@@ -19,12 +19,12 @@ This package turns each description into a score computed from the attention pro
 (``blocks.{l}.attn.hook_pattern``, ``[batch, head, query, key]``) and the mask, then classifies
 heads by thresholds. Its modules:
 
-* :mod:`tfmatcomp.heads.scores`: the registry :data:`SCORES`, where each score's name, definition
+* :mod:`tfmatcomp.analyses.heads.scores`: the registry :data:`SCORES`, where each score's name, definition
   and computation are written once (``print(score_table())`` shows the definitions; the Heads guide
   renders the same table), the streaming :class:`HeadScoreAccumulator` and :func:`head_scores`;
-* :mod:`tfmatcomp.heads.classify`: :class:`HeadThresholds` and :func:`classify_heads` (one ``type``
+* :mod:`tfmatcomp.analyses.heads.classify`: :class:`HeadThresholds` and :func:`classify_heads` (one ``type``
   per head by a priority order, and every passing type);
-* :mod:`tfmatcomp.heads.analysis`: a model's maps on samples of a task (:func:`analyse_heads`) and
+* :mod:`tfmatcomp.analyses.heads.analysis`: a model's maps on samples of a task (:func:`analyse_heads`) and
   across checkpoints (:func:`head_score_evolution`).
 
 Layers and heads are 0-based (``layer``, ``head`` columns); ``paper_label`` is the papers' 1-based
@@ -33,7 +33,7 @@ Layers and heads are 0-based (``layer``, ``head`` columns); ``paper_label`` is t
 Example:
     >>> import torch
     >>> from tfmatcomp import HookedEncoder, EncoderConfig, MatrixCompletionTask
-    >>> from tfmatcomp.heads import analyse_heads
+    >>> from tfmatcomp.analyses.heads import analyse_heads
     >>> model = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
     >>> task = MatrixCompletionTask(n_rows=4, rank=1)
     >>> res = analyse_heads(model, task, n_samples=8, generator=torch.Generator().manual_seed(0))
@@ -43,12 +43,12 @@ Example:
 
 from __future__ import annotations
 
-from tfmatcomp.heads.analysis import (HeadAnalysis, analyse_heads, attention_patterns, head_score_evolution,
+from tfmatcomp.analyses.heads.analysis import (HeadAnalysis, analyse_heads, attention_patterns, head_score_evolution,
                                       mean_attention_patterns)
-from tfmatcomp.heads.classify import HEAD_TYPES, TYPE_SCORE, HeadThresholds, classify_heads
-from tfmatcomp.heads.scores import (SCORE_COLUMNS, SCORES, HeadScore, HeadScoreAccumulator, Pooled,
+from tfmatcomp.analyses.heads.classify import HEAD_TYPES, TYPE_SCORE, HeadThresholds, classify_heads
+from tfmatcomp.analyses.heads.scores import (SCORE_COLUMNS, SCORES, HeadScore, HeadScoreAccumulator, Pooled,
                                     head_scores, score_table)
-from tfmatcomp.hook_names import pattern_hook_names
+from tfmatcomp.models.hook_names import pattern_hook_names
 from tfmatcomp.interventions.sites import paper_label
 
 __all__ = [

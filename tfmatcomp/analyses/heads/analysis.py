@@ -7,7 +7,7 @@ pass); samples from :func:`tfmatcomp.datapath.sample_batch`.
 Example:
     >>> import torch
     >>> from tfmatcomp import HookedEncoder, EncoderConfig, MatrixCompletionTask
-    >>> from tfmatcomp.heads import analyse_heads
+    >>> from tfmatcomp.analyses.heads import analyse_heads
     >>> model = HookedEncoder(EncoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=16))
     >>> res = analyse_heads(model, MatrixCompletionTask(n_rows=4, rank=1), n_samples=8)
     >>> res.mean_patterns.shape, res.table["paper_label"].tolist()
@@ -25,9 +25,9 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from tfmatcomp.datapath import iter_chunks, load_checkpoints, sample_batch
-from tfmatcomp.heads.classify import HeadThresholds, classify_heads
-from tfmatcomp.heads.scores import HeadScoreAccumulator
-from tfmatcomp.hook_names import pattern_hook_names
+from tfmatcomp.analyses.heads.classify import HeadThresholds, classify_heads
+from tfmatcomp.analyses.heads.scores import HeadScoreAccumulator
+from tfmatcomp.models.hook_names import pattern_hook_names
 from tfmatcomp.interventions.sites import paper_label
 
 __all__ = ["attention_patterns", "mean_attention_patterns", "HeadAnalysis", "analyse_heads",
@@ -81,7 +81,7 @@ class HeadAnalysis:
 
     Attributes:
         mean_patterns: ``[layer, head, q, k]`` attention averaged over the samples.
-        table: :func:`~tfmatcomp.heads.classify_heads` table (scores, ``type``, ``types``).
+        table: :func:`~tfmatcomp.analyses.heads.classify_heads` table (scores, ``type``, ``types``).
         observed: the fixed structured mask ``[pos]`` used, or None (random Bernoulli masks).
         n_rows, n_cols, n_samples: what was analysed.
         thresholds: as a dict.
@@ -117,19 +117,19 @@ def analyse_heads(
             :func:`~tfmatcomp.datapath.sample_batch`).
         n_samples: matrices to average over.
         observed: a structured mask (``[pos]``, shared by all samples, or ``[batch, pos]``) from
-            :mod:`tfmatcomp.masks`; None for the task's random masks.
+            :mod:`tfmatcomp.task.masks`; None for the task's random masks.
         generator: randomness for the samples (default a CPU ``manual_seed(0)`` generator); the
             batch is moved to the model's device.
         batch: an already sampled :class:`~tfmatcomp.MatrixBatch` to use instead of sampling.
         layers: 0-based layers (default all).
         batch_size: matrices per forward pass.
-        masked_row_fraction, thresholds: see :func:`~tfmatcomp.heads.head_scores` /
-            :func:`~tfmatcomp.heads.classify_heads`.
+        masked_row_fraction, thresholds: see :func:`~tfmatcomp.analyses.heads.head_scores` /
+            :func:`~tfmatcomp.analyses.heads.classify_heads`.
 
     Example:
         >>> import torch
         >>> from tfmatcomp import HookedEncoder, EncoderConfig, MatrixCompletionTask
-        >>> from tfmatcomp.masks import row_mask
+        >>> from tfmatcomp.task.masks import row_mask
         >>> model = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=9))
         >>> res = analyse_heads(model, MatrixCompletionTask(n_rows=3, rank=1), 4,
         ...                     observed=row_mask(3, masked_rows=[1], keep=0))
@@ -178,7 +178,7 @@ def head_score_evolution(
         task, n_samples, observed: the samples (random masks, or one structured mask).
 
     Returns:
-        The :func:`~tfmatcomp.heads.classify_heads` table of each checkpoint with a leading
+        The :func:`~tfmatcomp.analyses.heads.classify_heads` table of each checkpoint with a leading
         ``step`` column.
 
     Example:

@@ -9,7 +9,7 @@ decided by one score (:data:`TYPE_SCORE`) against one threshold of :class:`HeadT
 
 Example:
     >>> import torch
-    >>> from tfmatcomp.heads import classify_heads, head_scores
+    >>> from tfmatcomp.analyses.heads import classify_heads, head_scores
     >>> classify_heads(head_scores(torch.eye(4)[None, None], None, 2))["type"].tolist()
     ['identity']
 """
@@ -69,12 +69,12 @@ def _passes(row: pd.Series, th: HeadThresholds) -> dict[str, bool]:
 
 def classify_heads(scores: pd.DataFrame, thresholds: HeadThresholds | None = None) -> pd.DataFrame:
     """Add ``type`` (one per head, by the priority order in the module docstring) and ``types``
-    (every passing type, comma-separated, ``""`` if none) to a :func:`~tfmatcomp.heads.head_scores`
+    (every passing type, comma-separated, ``""`` if none) to a :func:`~tfmatcomp.analyses.heads.head_scores`
     table.
 
     Example:
         >>> import torch
-        >>> from tfmatcomp.heads import head_scores
+        >>> from tfmatcomp.analyses.heads import head_scores
         >>> t = classify_heads(head_scores(torch.eye(4)[None, None], None, 2))
         >>> t["type"].tolist()
         ['identity']

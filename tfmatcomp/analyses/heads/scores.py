@@ -11,7 +11,7 @@ moments of the maps (``static``, ``entropy``). ``A[q, k]`` is one query's attent
 :class:`HeadScoreAccumulator` streams per-sample patterns into every score.
 
 Example:
-    >>> from tfmatcomp.heads.scores import SCORES, score_table
+    >>> from tfmatcomp.analyses.heads.scores import SCORES, score_table
     >>> SCORES[0].name, SCORES[0].definition
     ('row', "pooled mass on the *other* keys of the query's row")
     >>> print(score_table().splitlines()[3])
@@ -31,7 +31,7 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from tfmatcomp.interventions.sites import paper_label
-from tfmatcomp.masks import longest_contiguous_columns, masked_rows, positions_to_rows_cols
+from tfmatcomp.task.masks import longest_contiguous_columns, masked_rows, positions_to_rows_cols
 
 __all__ = ["Pooled", "HeadScore", "SCORES", "SCORE_COLUMNS", "score_table", "HeadScoreAccumulator",
            "head_scores"]
@@ -372,7 +372,7 @@ def head_scores(
 
     Example:
         >>> import torch
-        >>> from tfmatcomp.masks import positions_to_rows_cols
+        >>> from tfmatcomp.task.masks import positions_to_rows_cols
         >>> rows, _ = positions_to_rows_cols(3, 3)
         >>> row_head = (rows[:, None] == rows[None, :]).float() / 3
         >>> t = head_scores(row_head[None, None], None, 3)

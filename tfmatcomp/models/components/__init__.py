@@ -1,14 +1,14 @@
 """Building blocks of :class:`tfmatcomp.HookedEncoder` and :class:`tfmatcomp.HookedDecoder`, one
 idea per module (TransformerLens style)."""
 
-from tfmatcomp.components.attention import Attention
-from tfmatcomp.components.block import BertBlock
-from tfmatcomp.components.decoder_embed import Embed, PosEmbed
-from tfmatcomp.components.embed import BertEmbed
-from tfmatcomp.components.layer_norm import LayerNorm
-from tfmatcomp.components.mlp import MLP
-from tfmatcomp.components.pre_ln_block import PreLNBlock
-from tfmatcomp.components.readout import Readout
+from tfmatcomp.models.components.attention import Attention
+from tfmatcomp.models.components.block import BertBlock
+from tfmatcomp.models.components.decoder_embed import Embed, PosEmbed
+from tfmatcomp.models.components.embed import BertEmbed
+from tfmatcomp.models.components.layer_norm import LayerNorm
+from tfmatcomp.models.components.mlp import MLP
+from tfmatcomp.models.components.pre_ln_block import PreLNBlock
+from tfmatcomp.models.components.readout import Readout
 
 __all__ = ["Attention", "BertBlock", "BertEmbed", "Embed", "LayerNorm", "MLP", "PosEmbed",
            "PreLNBlock", "Readout"]

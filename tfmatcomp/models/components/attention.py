@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
-from tfmatcomp.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.components.layer_norm import _hooked
+from tfmatcomp.models.components.layer_norm import _hooked
 from tfmatcomp.config import DecoderConfig, EncoderConfig
 
 

@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from tfmatcomp.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.components.layer_norm import LayerNorm
+from tfmatcomp.models.components.layer_norm import LayerNorm
 from tfmatcomp.config import EncoderConfig
 
 

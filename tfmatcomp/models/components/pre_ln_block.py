@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from jaxtyping import Float
 from torch import Tensor, nn
-from tfmatcomp.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.components.attention import Attention
-from tfmatcomp.components.layer_norm import LayerNorm
-from tfmatcomp.components.mlp import MLP
+from tfmatcomp.models.components.attention import Attention
+from tfmatcomp.models.components.layer_norm import LayerNorm
+from tfmatcomp.models.components.mlp import MLP
 from tfmatcomp.config import DecoderConfig
 
 

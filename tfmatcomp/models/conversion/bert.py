@@ -1,7 +1,7 @@
 """Conversion between :class:`HookedEncoder` and HuggingFace ``transformers.BertModel``.
 
 The mapping is exact (a pure re-layout of the same numbers, one table in
-:mod:`tfmatcomp.hf_mapping`), so round trips are bit-identical and outputs agree with
+:mod:`tfmatcomp.models.conversion.hf_mapping`), so round trips are bit-identical and outputs agree with
 ``BertModel`` (eager attention) to float rounding.
 
 Example:
@@ -24,15 +24,15 @@ from typing import Any
 
 from torch import nn
 
-from tfmatcomp.hf_mapping import build_from_hf, config_from_hf, config_to_hf, to_hf
-from tfmatcomp.model import HookedEncoder
+from tfmatcomp.models.conversion.hf_mapping import build_from_hf, config_from_hf, config_to_hf, to_hf
+from tfmatcomp.models.encoder import HookedEncoder
 
 __all__ = ["from_hf", "to_hf", "config_from_hf", "config_to_hf"]
 
 
 def from_hf(bert: nn.Module, readout: nn.Linear | None = None, **overrides: Any) -> HookedEncoder:
     """Build a :class:`HookedEncoder` holding the same weights as a transformers ``BertModel``
-    (:func:`tfmatcomp.hf_mapping.build_from_hf`).
+    (:func:`tfmatcomp.models.conversion.hf_mapping.build_from_hf`).
 
     Args:
         bert: a ``BertModel``, or a model with a ``.bert`` attribute (e.g. ``BertForMaskedLM``;

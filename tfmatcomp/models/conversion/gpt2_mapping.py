@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from tfmatcomp.config import DecoderConfig
 
 if TYPE_CHECKING:
-    from tfmatcomp.decoder import HookedDecoder
+    from tfmatcomp.models.decoder import HookedDecoder
 
 __all__ = ["parameter_table", "CONFIG_FIELDS", "config_from_gpt2", "config_to_gpt2",
            "build_from_gpt2", "to_gpt2"]

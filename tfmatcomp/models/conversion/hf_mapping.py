@@ -5,7 +5,7 @@ in both directions, and each config field once in :data:`CONFIG_FIELDS`; the con
 directions (:func:`config_from_hf`, :func:`config_to_hf`, :func:`build_from_hf`, :func:`to_hf`)
 read them.
 This module does not import the model (the model's ``from_hf`` / ``to_hf`` use it, and
-:mod:`tfmatcomp.convert` gives the public functions), so there is no import cycle.
+:mod:`tfmatcomp.models.conversion.bert` gives the public functions), so there is no import cycle.
 
 Example:
     >>> import tfmatcomp as tm
@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from tfmatcomp.config import EncoderConfig
 
 if TYPE_CHECKING:
-    from tfmatcomp.model import HookedEncoder
+    from tfmatcomp.models.encoder import HookedEncoder
 
 __all__ = ["parameter_table", "CONFIG_FIELDS", "config_from_hf", "config_to_hf", "build_from_hf", "to_hf"]
 
@@ -131,7 +131,7 @@ def _our_state_dict_to_hf(model: "HookedEncoder") -> dict[str, Tensor]:
 
 def build_from_hf(cls: type["HookedEncoder"], bert: nn.Module, readout: nn.Linear | None = None,
                   **overrides: Any) -> "HookedEncoder":
-    """:func:`tfmatcomp.convert.from_hf`, building a ``cls`` (:class:`~tfmatcomp.HookedEncoder`).
+    """:func:`tfmatcomp.models.conversion.bert.from_hf`, building a ``cls`` (:class:`~tfmatcomp.HookedEncoder`).
 
     Token-type embeddings are kept when the BERT has more than one type, or one type with non-zero
     weights; a single all-zero type row (as :func:`to_hf` writes) is dropped.

@@ -1,0 +1,7 @@
+"""Run directories and checkpoints: the files a training run leaves behind.
+
+* :mod:`~tfmatcomp.runs.rundir`: the run directory's files, its lock and its resume checks;
+* :mod:`~tfmatcomp.runs.checkpoint`: saving, listing and loading checkpoints;
+* :mod:`~tfmatcomp.runs.checkpoint_files`: the checkpoint's files on disk (safetensors shards,
+  JSON config, digests).
+"""
