@@ -151,7 +151,9 @@ class HookedBase(HookedRootModule):
         ``return_cache_object=False``). Accepts ``names_filter``, ``device``, ``remove_batch_dim``
         and the forward's keyword arguments.
         """
-        out, cache = super().run_with_cache(*model_args, remove_batch_dim=remove_batch_dim, **kwargs)
+        out, cache = super().run_with_cache(*model_args, **kwargs)
+        if remove_batch_dim:  # here, not in TransformerLens: 3.x fails on [batch, pos] hooks
+            cache = {name: act[0] for name, act in cache.items()}
         if return_cache_object:
             cache = self._cache_class(cache, self, has_batch_dim=not remove_batch_dim)
         return out, cache
