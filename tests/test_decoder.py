@@ -3,7 +3,9 @@ edits, checkpoints."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -89,6 +91,21 @@ def test_fresh_model_is_tied_and_bias_is_refused():
         model.unembed.b.fill_(0.1)
     with pytest.raises(ValueError, match="b_U"):
         model.to_hf()
+
+
+def test_decoder_and_gpt2_mapping_form_no_import_cycle():
+    # The decoder imports the mapping (for from_hf / to_hf); the mapping must not import the
+    # decoder back, not even under TYPE_CHECKING or inside a function.
+    from tfmatcomp.models.conversion import gpt2_mapping
+
+    imported = set()
+    for node in ast.walk(ast.parse(Path(gpt2_mapping.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+    assert "tfmatcomp.models.decoder" not in imported and "tfmatcomp" not in imported
+    assert gpt2_mapping.build_from_gpt2 is tm.models.decoder.build_from_gpt2
 
 
 def test_loss_is_next_token_cross_entropy():

@@ -36,6 +36,7 @@ from tfmatcomp.models.components.hook_point import HookPoint
 
 from tfmatcomp.models.components import Embed, LayerNorm, PosEmbed, PreLNBlock, Readout
 from tfmatcomp.config import DecoderConfig
+from tfmatcomp.models.conversion.gpt2_mapping import build_from_gpt2, to_gpt2
 from tfmatcomp.models.hooked_base import HookedBase
 from tfmatcomp.validation import check_choice
 
@@ -145,8 +146,6 @@ class HookedDecoder(HookedBase):
 
         See :func:`tfmatcomp.models.conversion.gpt2_mapping.build_from_gpt2`.
         """
-        from tfmatcomp.models.conversion.gpt2_mapping import build_from_gpt2
-
         return build_from_gpt2(cls, gpt2, **overrides)
 
     def to_hf(self):
@@ -154,8 +153,6 @@ class HookedDecoder(HookedBase):
 
         See :func:`tfmatcomp.models.conversion.gpt2_mapping.to_gpt2`.
         """
-        from tfmatcomp.models.conversion.gpt2_mapping import to_gpt2
-
         return to_gpt2(self)
 
 
