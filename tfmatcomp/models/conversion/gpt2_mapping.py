@@ -82,7 +82,7 @@ def parameter_table(cfg: DecoderConfig) -> list[tuple[str, str, slice | None, Re
              for l in range(cfg.n_layers) for ours, theirs, cols, to_ours, to_hf in layer]
     rows += [("ln_final.w", "transformer.ln_f.weight", None, same, same),
              ("ln_final.b", "transformer.ln_f.bias", None, same, same),
-             ("unembed.W", "lm_head.weight", None, T, T)]
+             ("unembed.W_U", "lm_head.weight", None, T, T)]
     return rows
 
 
@@ -154,7 +154,7 @@ def build_from_gpt2(cls: type[HookedBase], gpt2: nn.Module, **overrides: Any) ->
     for name, theirs, cols, to_ours, _ in parameter_table(cfg):
         t = sd[theirs]
         ours[name] = to_ours(t[..., cols] if cols is not None else t).contiguous()
-    ours["unembed.b"] = torch.zeros(cfg.d_vocab, dtype=ours["unembed.W"].dtype)
+    ours["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=ours["unembed.W_U"].dtype)
     model.load_state_dict(ours, strict=True)
     return model.to(device=sd["lm_head.weight"].device, dtype=sd["lm_head.weight"].dtype)
 
@@ -168,10 +168,10 @@ def to_gpt2(model: HookedBase):
     from transformers import GPT2LMHeadModel
 
     sd = {k: v.detach() for k, v in model.state_dict().items()}
-    if sd["unembed.b"].any():
+    if sd["unembed.b_U"].any():
         raise ValueError("model: b_U is not zero; GPT2LMHeadModel's lm_head has no bias, so this "
                          "model has no exact GPT-2 equivalent")
-    tied = torch.equal(sd["unembed.W"], sd["embed.W_E"].T)
+    tied = torch.equal(sd["unembed.W_U"], sd["embed.W_E"].T)
     out: dict[str, Tensor] = {}
     for name, theirs, cols, _, to_hf in parameter_table(model.cfg):
         t = to_hf(sd[name])
