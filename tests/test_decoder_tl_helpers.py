@@ -147,6 +147,21 @@ def test_decompose_resid_apply_ln_sums_to_each_layer_norm(model, cache):
     _close(parts.sum(0) * ln.w + ln.b, _layer_norm(cache["blocks.1.hook_resid_mid"], ln))
 
 
+def test_head_and_neuron_stacks_with_remainder_and_apply_ln(model, cache):
+    # The remainder completes the heads (neurons) to the stream; with apply_ln the stack sums to
+    # the normalized input of the LayerNorm that reads that stream.
+    for layer, normalized in ((L, "ln_final.hook_normalized"), (1, "blocks.1.ln1.hook_normalized")):
+        heads = cache.stack_head_results(layer, incl_remainder=True)
+        _close(heads.sum(0), cache[f"blocks.{layer - 1}.hook_resid_post"])
+        _close(cache.stack_head_results(layer, incl_remainder=True, apply_ln=True).sum(0),
+               cache[normalized])
+        neurons = cache.stack_neuron_results(layer, incl_remainder=True, apply_ln=True)
+        _close(neurons.sum(0), cache[normalized])
+    ln = model.blocks[2].ln2
+    mlp_in = cache.stack_neuron_results(2, incl_remainder=True, apply_ln=True, mlp_input=True)
+    _close(mlp_in.sum(0) * ln.w + ln.b, _layer_norm(cache["blocks.2.hook_resid_mid"], ln))
+
+
 # ------------------------------------------------------------------ accumulated_resid
 def test_accumulated_resid_is_every_block_input(cache):
     stack, labels = cache.accumulated_resid(return_labels=True)
