@@ -3,7 +3,9 @@ edits, checkpoints."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,7 +38,7 @@ def _randomize(module: torch.nn.Module, seed: int, skip: tuple[str, ...] = ()) -
 
 def _model(seed: int = 0) -> tm.HookedDecoder:
     model = tm.HookedDecoder(CFG, seed=seed)
-    _randomize(model, seed, skip=("unembed.b",))  # GPT-2's head has no bias
+    _randomize(model, seed, skip=("unembed.b_U",))  # GPT-2's head has no bias
     return model.eval()
 
 
@@ -86,9 +88,24 @@ def test_fresh_model_is_tied_and_bias_is_refused():
     model = tm.HookedDecoder(CFG, seed=0)
     assert torch.equal(model.W_U, model.W_E.T) and model.to_hf().config.tie_word_embeddings
     with torch.no_grad():
-        model.unembed.b.fill_(0.1)
+        model.unembed.b_U.fill_(0.1)
     with pytest.raises(ValueError, match="b_U"):
         model.to_hf()
+
+
+def test_decoder_and_gpt2_mapping_form_no_import_cycle():
+    # The decoder imports the mapping (for from_hf / to_hf); the mapping must not import the
+    # decoder back, not even under TYPE_CHECKING or inside a function.
+    from tfmatcomp.models.conversion import gpt2_mapping
+
+    imported = set()
+    for node in ast.walk(ast.parse(Path(gpt2_mapping.__file__).read_text())):
+        if isinstance(node, ast.ImportFrom):
+            imported.add(node.module)
+        elif isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+    assert "tfmatcomp.models.decoder" not in imported and "tfmatcomp" not in imported
+    assert gpt2_mapping.build_from_gpt2 is tm.models.decoder.build_from_gpt2
 
 
 def test_loss_is_next_token_cross_entropy():
@@ -258,3 +275,66 @@ def test_encoder_checkpoints_without_kind_still_load(tmp_path):
     (path / "config.json").write_text(json.dumps(config))
     with pytest.raises(tm.CheckpointError, match="kind 'transformer'"):
         tm.load_checkpoint(path)
+
+
+# ------------------------------------------------------------------ matrices <-> tokens <-> text
+GPT_CFG = tm.DecoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=33)  # d_vocab 2003
+
+
+def test_to_tokens_is_the_gpt_sequence():
+    from tfmatcomp.task.gpt import decode_sequence, encode_sequence
+
+    model = tm.HookedDecoder(GPT_CFG)
+    batch = tm.MatrixCompletionTask(4, rank=1).sample(3, generator=torch.Generator().manual_seed(0))
+    values = batch.values.reshape(3, 4, 4)
+    tokens = model.to_tokens(values, observed=batch.observed.reshape(3, 4, 4))
+    assert torch.equal(tokens, encode_sequence(batch))
+    back = decode_sequence(tokens, 4)
+    assert torch.equal(back.observed, batch.observed) and torch.equal(back.values, batch.values)
+    one = model.to_tokens(values[1])  # one matrix, everything observed
+    assert one.shape == (1, 33) and int(one[0, 16]) == 2002 and torch.equal(one[0, :16], one[0, 17:])
+    assert model(tokens).shape == (3, 33, 2003)  # the model reads them
+
+
+def test_to_string_prints_the_sequence_and_to_single_token_reads_it_back():
+    model = tm.HookedDecoder(GPT_CFG)
+    x = torch.tensor([[[0.5, -0.25], [0.0, 10.0]], [[-10.0, 1.0], [2.5, 0.01]]])
+    observed = torch.tensor([[[1, 1], [0, 1]], [[1, 0], [0, 1]]]).bool()
+    tokens = model.to_tokens(x, observed)
+    texts = model.to_string(tokens)
+    assert texts[0] == " 0.50 -0.25\n    ? 10.00\n[SEP]\n 0.50 -0.25\n 0.00 10.00"
+    assert texts[1].splitlines()[:2] == ["-10.00      ?", "     ?   0.01"]
+    assert model.to_string(tokens[0]) == texts[0]  # one sequence: one string
+    for text, row in zip(texts, tokens):
+        cells = [c for line in text.splitlines() for c in line.split()]
+        assert [model.to_single_token(c) for c in cells] == row.tolist()
+    partial = model.to_string(tokens[0, :7])  # a greedy completion under way: a partial row
+    assert partial.splitlines()[2:] == ["[SEP]", " 0.50 -0.25"]
+    assert model.to_string(tokens[0, :4], n_cols=4) == " 0.50 -0.25     ? 10.00"  # no [SEP]
+
+
+def test_tokenizer_methods_refuse_bad_input():
+    model = tm.HookedDecoder(GPT_CFG)
+    x = torch.zeros(2, 2)
+    with pytest.raises(ValueError, match="matrices: expected"):
+        model.to_tokens(torch.zeros(2))
+    with pytest.raises(ValueError, match="observed: expected a bool tensor of shape"):
+        model.to_tokens(x, observed=torch.ones(2, 2))
+    with pytest.raises(ValueError, match="needs a sequence of 51 tokens.*n_ctx 33"):
+        model.to_tokens(torch.zeros(5, 5))
+    with pytest.raises(ValueError, match=r"values: must lie in \[-10.0, 10.0\]"):
+        model.to_tokens(torch.full((2, 2), 11.0))
+    with pytest.raises(ValueError, match="n_cols: the 3 tokens before"):
+        model.to_string(torch.tensor([1, 2, 3, 2002]))
+    with pytest.raises(ValueError, match="n_cols"):
+        model.to_string(torch.tensor([1, 2, 3, 4]), n_cols=3)
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        model.to_string(torch.tensor([1, 2003]))
+    for bad in ("0.444", "abc", "10.01", "nan", "", " ?"):
+        with pytest.raises(ValueError, match="string: .* is not one token"):
+            model.to_single_token(bad)
+    small = tm.HookedDecoder(CFG)  # d_vocab 23: not the matrix vocabulary
+    for call in (lambda: small.to_tokens(x), lambda: small.to_string(torch.tensor([1, 2])),
+                 lambda: small.to_single_token("0.44")):
+        with pytest.raises(ValueError, match="d_vocab is 23.*d_vocab 2003"):
+            call()

@@ -132,6 +132,17 @@ class DecoderConfig:
     #: as on :class:`EncoderConfig`: TransformerLens's ``cfg.device`` / ``n_key_value_heads``
     device: ClassVar[Any] = None
     n_key_value_heads: ClassVar[int | None] = None
+    #: TransformerLens's architecture flags, with its meanings, read by its ``ActivationCache``
+    #: helpers (``decompose_resid``, ``apply_ln_to_stack``, ``logit_lens``, ...). Constants of this
+    #: decoder, not fields, never serialized: every block has an MLP (``attn_only`` False); every
+    #: LayerNorm (``ln1``, ``ln2``, ``ln_final``) centers, scales and has a gain and a bias
+    #: (``normalization_type`` ``"LN"``, not folded); ``ln_final`` is a LayerNorm, not an RMSNorm
+    #: (``final_rms`` False); positions are learned and added to the embedding
+    #: (``positional_embedding_type`` ``"standard"``).
+    attn_only: ClassVar[bool] = False
+    normalization_type: ClassVar[str] = "LN"
+    final_rms: ClassVar[bool] = False
+    positional_embedding_type: ClassVar[str] = "standard"
 
     def __post_init__(self) -> None:
         _check_shape(self)

@@ -17,6 +17,9 @@ what to use instead. ``apply_ln_to_stack`` works where a LayerNorm normalizes th
 the MLP input of a block (``mlp_input=True``, ``ln1``) and the read-out input (``layer=n_layers``,
 the last block's ``ln2``).
 
+The pre-LN :class:`~tfmatcomp.HookedDecoder` needs no subclass: its ``run_with_cache`` returns
+TransformerLens's own ``ActivationCache``, on which all of those helpers hold and run unchanged.
+
 Example:
     >>> import torch, tfmatcomp as tm
     >>> from tfmatcomp.models.cache import PostLNError

@@ -31,7 +31,7 @@ already this one. The papers' transplant itself (``"qkv"``) is unchanged.
 
 The decoder (:class:`~tfmatcomp.HookedDecoder`, pre-LN) has the same block names; its positional
 table ``pos_embed.W_pos`` is in ``"embed"`` and ``"pos_embed"``, ``ln_final.*`` in ``"ln"`` and
-``"readout"`` (with ``unembed.W, unembed.b``); ``ln1`` feeds its attention and ``ln2`` its MLP, so
+``"readout"`` (with ``unembed.W_U, unembed.b_U``); ``ln1`` feeds its attention and ``ln2`` its MLP, so
 ``"attention"`` and ``"mlp"`` hold them as for the encoder.
 
 Example:

@@ -8,7 +8,7 @@ from tfmatcomp.models.components.embed import BertEmbed
 from tfmatcomp.models.components.layer_norm import LayerNorm
 from tfmatcomp.models.components.mlp import MLP
 from tfmatcomp.models.components.pre_ln_block import PreLNBlock
-from tfmatcomp.models.components.readout import Readout
+from tfmatcomp.models.components.readout import Readout, Unembed
 
 __all__ = ["Attention", "BertBlock", "BertEmbed", "Embed", "LayerNorm", "MLP", "PosEmbed",
-           "PreLNBlock", "Readout"]
+           "PreLNBlock", "Readout", "Unembed"]

@@ -29,6 +29,10 @@ class PreLNBlock(nn.Module):
         torch.Size([3, 4, 8])
     """
 
+    #: TransformerLens's flag (its logit lens refuses blocks without it): ``hook_resid_post`` is the
+    #: one ``[batch, pos, d_model]`` residual stream that the next block (or ``ln_final``) reads.
+    hook_out_is_single_residual_stream: bool = True
+
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
         self.ln1 = LayerNorm(cfg.d_model, cfg.layer_norm_eps)

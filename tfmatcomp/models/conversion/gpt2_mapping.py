@@ -7,6 +7,10 @@ HuggingFace tensor it lives in, the column slice, and the re-layout. The mapping
 re-layout of the same numbers: round trips are bit-identical, and logits agree with
 ``GPT2LMHeadModel`` (eager attention) to float rounding.
 
+This module knows the decoder only through its config and state dict (it does not import
+:mod:`tfmatcomp.models.decoder`, which imports it for ``from_hf`` / ``to_hf``), so the two form no
+import cycle.
+
 GPT-2's language-model head has no bias: :func:`to_gpt2` refuses a model whose ``b_U`` is not
 zero. An unembedding equal to ``W_E.T`` is written tied (GPT-2's default); any other is written
 untied (``tie_word_embeddings=False``).
@@ -23,15 +27,13 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 from tfmatcomp.config import DecoderConfig
-
-if TYPE_CHECKING:
-    from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.models.hooked_base import HookedBase
 
 __all__ = ["parameter_table", "CONFIG_FIELDS", "config_from_gpt2", "config_to_gpt2",
            "build_from_gpt2", "to_gpt2"]
@@ -80,7 +82,7 @@ def parameter_table(cfg: DecoderConfig) -> list[tuple[str, str, slice | None, Re
              for l in range(cfg.n_layers) for ours, theirs, cols, to_ours, to_hf in layer]
     rows += [("ln_final.w", "transformer.ln_f.weight", None, same, same),
              ("ln_final.b", "transformer.ln_f.bias", None, same, same),
-             ("unembed.W", "lm_head.weight", None, T, T)]
+             ("unembed.W_U", "lm_head.weight", None, T, T)]
     return rows
 
 
@@ -134,10 +136,12 @@ def _unwrap(gpt2: nn.Module) -> tuple[nn.Module, Tensor | None]:
                     f"{type(gpt2).__name__}")
 
 
-def build_from_gpt2(cls: type["HookedDecoder"], gpt2: nn.Module, **overrides: Any) -> "HookedDecoder":
-    """A ``cls`` (:class:`~tfmatcomp.HookedDecoder`) holding the weights of ``gpt2``.
+def build_from_gpt2(cls: type[HookedBase], gpt2: nn.Module, **overrides: Any) -> HookedBase:
+    """A ``cls`` holding the weights of ``gpt2``.
 
     Args:
+        cls: the model class to build, :class:`~tfmatcomp.HookedDecoder` (a class whose config is a
+            :class:`DecoderConfig` and whose parameters are those of :func:`parameter_table`).
         gpt2: a ``GPT2LMHeadModel``, or a ``GPT2Model`` (then the unembedding is ``W_E.T``, tied).
         overrides: :class:`DecoderConfig` fields to override.
     """
@@ -150,12 +154,12 @@ def build_from_gpt2(cls: type["HookedDecoder"], gpt2: nn.Module, **overrides: An
     for name, theirs, cols, to_ours, _ in parameter_table(cfg):
         t = sd[theirs]
         ours[name] = to_ours(t[..., cols] if cols is not None else t).contiguous()
-    ours["unembed.b"] = torch.zeros(cfg.d_vocab, dtype=ours["unembed.W"].dtype)
+    ours["unembed.b_U"] = torch.zeros(cfg.d_vocab, dtype=ours["unembed.W_U"].dtype)
     model.load_state_dict(ours, strict=True)
     return model.to(device=sd["lm_head.weight"].device, dtype=sd["lm_head.weight"].dtype)
 
 
-def to_gpt2(model: "HookedDecoder"):
+def to_gpt2(model: HookedBase):
     """The equivalent ``transformers.GPT2LMHeadModel`` (eager attention, no dropout, eval mode).
 
     Raises:
@@ -164,10 +168,10 @@ def to_gpt2(model: "HookedDecoder"):
     from transformers import GPT2LMHeadModel
 
     sd = {k: v.detach() for k, v in model.state_dict().items()}
-    if sd["unembed.b"].any():
+    if sd["unembed.b_U"].any():
         raise ValueError("model: b_U is not zero; GPT2LMHeadModel's lm_head has no bias, so this "
                          "model has no exact GPT-2 equivalent")
-    tied = torch.equal(sd["unembed.W"], sd["embed.W_E"].T)
+    tied = torch.equal(sd["unembed.W_U"], sd["embed.W_E"].T)
     out: dict[str, Tensor] = {}
     for name, theirs, cols, _, to_hf in parameter_table(model.cfg):
         t = to_hf(sd[name])
