@@ -25,7 +25,6 @@ from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROU
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,
                                      paper_label, resolve_heads, to_json)
 from tfmatcomp.interventions.sites import HeadSpec
-from tfmatcomp.validation import renamed_argument
 
 __all__ = ["attention_ablation", "head_group_ablation", "head_ablation_scan"]
 
@@ -55,7 +54,6 @@ def attention_ablation(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (the workshop paper Sections 3.1.2, 3.2.1).
 
@@ -80,7 +78,6 @@ def attention_ablation(
         >>> df["paper_4l8h_L_mask"].tolist()
         [0.0128, 0.2183]
     """
-    batch_size = renamed_argument("attention_ablation", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -135,7 +132,6 @@ def head_group_ablation(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Ablate each group of heads on its own; losses without / with and their ratio (the NeurIPS paper App. L).
 
@@ -162,7 +158,6 @@ def head_group_ablation(
         >>> df[["group", "heads_paper"]].values.tolist()
         [['first', '(1,1-2)'], ['second', '(2,4)']]
     """
-    batch_size = renamed_argument("head_group_ablation", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -198,7 +193,6 @@ def head_ablation_scan(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Ablate every head alone; the change in ``metric`` (ablated minus baseline) as a layers x heads table.
 
@@ -220,7 +214,6 @@ def head_ablation_scan(
         >>> scan.shape, scan.index.name, scan.columns.name
         ((2, 4), 'layer', 'head')
     """
-    batch_size = renamed_argument("head_ablation_scan", "chunk_size", chunk_size, "batch_size", batch_size)
     if metric not in ("L", "L_obs", "L_mask"):
         raise ValueError(f"metric: must be 'L', 'L_obs' or 'L_mask', got {metric!r}")
     named, task = resolve_models(models, task)

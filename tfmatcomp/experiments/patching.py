@@ -23,7 +23,6 @@ from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sa
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
 from tfmatcomp.task.metrics import masked_mse
-from tfmatcomp.validation import renamed_argument
 
 __all__ = ["activation_patching"]
 
@@ -37,7 +36,6 @@ def activation_patching(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``MSE(f_p, X)`` and ``MSE(f_p, -X)`` at masked and observed entries, for patched layer sets.
 
@@ -56,7 +54,6 @@ def activation_patching(
         the seeded batch ``X`` (``SampledBatch(task, n_samples, seed)``), so the record is small.
         Run chunk by chunk, each chunk is patched from the same rows of ``X``, which is the same.
     """
-    batch_size = renamed_argument("activation_patching", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():

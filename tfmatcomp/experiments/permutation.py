@@ -20,7 +20,7 @@ import pandas as pd
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
 from tfmatcomp.interventions import PositionalPermutation, to_json
-from tfmatcomp.validation import check_positive_int, renamed_argument
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["positional_permutation"]
 
@@ -33,7 +33,6 @@ def positional_permutation(
     seed: int = 0,
     n_permutations: int = 1,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Losses with randomly permuted positional embeddings.
 
@@ -49,7 +48,6 @@ def positional_permutation(
         ``paper_4l8h_L_mask`` (post-shift, permuted rows), ``intervention`` (JSON of the
         permutation, None for the baseline).
     """
-    batch_size = renamed_argument("positional_permutation", "chunk_size", chunk_size, "batch_size", batch_size)
     check_positive_int("n_permutations", n_permutations)
     named, task = resolve_models(models, task)
     rows = []

@@ -24,7 +24,6 @@ import pandas as pd
 from tfmatcomp.datapath import ModelLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
 from tfmatcomp.interventions import WeightTransplant, to_json
-from tfmatcomp.validation import renamed_argument
 
 __all__ = ["weight_transplant"]
 
@@ -39,7 +38,6 @@ def weight_transplant(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Losses of each model with the other's ``params`` transplanted, both directions.
 
@@ -61,7 +59,6 @@ def weight_transplant(
         numbers; the baselines are their unablated losses), ``intervention`` (JSON of the
         transplant, None for the baselines).
     """
-    batch_size = renamed_argument("weight_transplant", "chunk_size", chunk_size, "batch_size", batch_size)
     first, second = (str(x) for x in labels)
     if first == second:
         raise ValueError(f"labels: must differ, got {labels!r}")
