@@ -19,7 +19,7 @@ import sys
 from typing import Callable
 
 from tfmatcomp.config import PRESETS, EncoderConfig
-from tfmatcomp.task.data import _DISTRIBUTIONS
+from tfmatcomp.task.data import DISTRIBUTIONS
 
 #: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
 _CHECKPOINT_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
@@ -51,7 +51,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: none)")
     p.add_argument("--checkpoint-steps", type=lambda s: tuple(int(x) for x in s.split(",") if x),
                    help="comma-separated steps that always get a checkpoint")
-    p.add_argument("--distribution", choices=_DISTRIBUTIONS,
+    p.add_argument("--distribution", choices=DISTRIBUTIONS,
                    help="law of the factors' entries (default: the preset's, uniform on [-1, 1])")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
     fast = p.add_mutually_exclusive_group()
@@ -372,7 +372,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, help="steps between metrics-log lines")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: only the "
                    "preset's fixed steps and the last)")
-    p.add_argument("--distribution", choices=_DISTRIBUTIONS, help="law of the factors' entries")
+    p.add_argument("--distribution", choices=DISTRIBUTIONS, help="law of the factors' entries")
     p.add_argument("--device", help="cpu, cuda, ... (default: CUDA when present)")
     p.add_argument("--overwrite", action="store_true", help="train every configuration again from "
                    "step 0 (by default finished runs are kept and unfinished ones resumed)")

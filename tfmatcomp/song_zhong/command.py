@@ -35,7 +35,7 @@ from tfmatcomp.song_zhong.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
-from tfmatcomp.geometry.theory import (_factorization_errors, _matched_inputs, positional_projection,
+from tfmatcomp.geometry.theory import (factorization_errors, matched_inputs, positional_projection,
                                        theorem1_table)
 from tfmatcomp.report.sections import Section
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
@@ -197,10 +197,10 @@ def _theory(g: GeometryContext, s: Section) -> None:
         c = res.cvec[:n_ctx].reshape(-1, res.d_model)
         rank = g.summary["rank_estimate"].iloc[l]  # ScreeNOT rank of pos at h^(l)
         K = max(1, min(int(rank) if rank == rank and rank > 0 else 20, *res.pos.shape))
-        x, u = _matched_inputs(t, c, positional_projection(res.pos, K))
+        x, u = matched_inputs(t, c, positional_projection(res.pos, K))
         W_Q, W_K, _, _ = g.model.qk_weights(l)  # W = (W_Q / sqrt(d_head)) W_K^T, kept factored
-        errs = _factorization_errors(x, u, [(W_Q[h] / math.sqrt(W_Q.shape[-1]), W_K[h])
-                                            for h in range(g.model.n_heads)])
+        errs = factorization_errors(x, u, [(W_Q[h] / math.sqrt(W_Q.shape[-1]), W_K[h])
+                                           for h in range(g.model.n_heads)])
         rows.append({"layer": l, "K": K, "relative": sum(e["relative"] for e in errs) / len(errs),
                      "error_mean": sum(e["error_mean"] for e in errs) / len(errs),
                      "incoherence_max": incoherence(res.pos, g.attention_inputs[key].ctx).max})
@@ -361,10 +361,10 @@ def run_geometry(
                             head=head, model_dir=str(model_dir), text=text_label,
                             drop_first=drop_first, seed=seed,
                             summary=summary_table(list(stream.values()), contexts.labels))
-        from tfmatcomp.report.build import _compute
+        from tfmatcomp.report.build import compute_sections
         from tfmatcomp.report.render import page
 
-        done = _compute(g, keys, progress, SECTIONS)
+        done = compute_sections(g, keys, progress, SECTIONS)
         n_params = sum(p.numel() for p in gm.module.parameters())
         header = (f"<p class='meta'>model <code>{model_dir}</code> ({gm.family}, {gm.n_layers} layers "
                   f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text_label}</code>: "

@@ -55,7 +55,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 
 from tfmatcomp.decomposition import Decomposition, DecompositionAccumulator, accumulate
-from tfmatcomp.geometry.qk import QKComponents, _full_pos, qk_components, qk_decomposition
+from tfmatcomp.geometry.qk import QKComponents, full_pos, qk_components, qk_decomposition
 from tfmatcomp.validation import check_int_in_range
 
 __all__ = ["GeometryModel", "EncoderGeometry", "GPT2Geometry", "DecoderGeometry", "ADAPTERS",
@@ -171,7 +171,7 @@ def _causal_split(x: Float[Tensor, "batch pos d_model"], decomposition: Decompos
     output of a pre-LN block): ``x_pos = mu + pos_t`` from ``decomposition``, biases with pos."""
     x = x.to(torch.float64)
     T = x.shape[1]
-    pos = _full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
+    pos = full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
     x_pos = (pos + decomposition.mu.to(x.device, torch.float64)).expand_as(x)
     comps = qk_components(x_pos, x - x_pos, *weights)
     causal = _causal_additive(T, x.device)
