@@ -292,9 +292,6 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
                    "document per file); documents are the cluster labels")
     p.add_argument("-o", "--out", default="geometry.html", help="HTML file to write")
-    p.add_argument("--adapter", default="auto", choices=("auto", "hooks", "hooked"),
-                   help="how a GPT-2 directory is read: hooks (auto; forward hooks on transformers' "
-                   "module) or hooked (converted to a tfmatcomp HookedDecoder)")
     p.add_argument("--contexts", type=int, default=256, help="C, contexts of the first pass (256)")
     p.add_argument("--positions", type=int, default=128, help="T, tokens per context (128)")
     p.add_argument("--second-pass", type=int, default=32, help="contexts of the second pass (32)")
@@ -314,8 +311,7 @@ def _geometry(args: argparse.Namespace) -> int:
     """Song & Zhong's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
     from tfmatcomp.song_zhong.command import run_geometry
 
-    report = run_geometry(args.model_dir, args.text, args.out, adapter=args.adapter,
-                          n_contexts=args.contexts,
+    report = run_geometry(args.model_dir, args.text, args.out, n_contexts=args.contexts,
                           n_positions=args.positions, n_second=args.second_pass,
                           batch_size=args.batch_size, layer=args.layer, head=args.head,
                           drop_first=args.drop_first, seed=args.seed, device=args.device,

@@ -42,6 +42,7 @@ from torch import Tensor
 
 from tfmatcomp.datapath import run_chunked
 from tfmatcomp.decomposition import Decomposition
+from tfmatcomp.models.components.attention import padding_mask
 from tfmatcomp.models.hook_names import block_hook_name
 from tfmatcomp.validation import check_int_in_range, check_non_negative
 
@@ -237,7 +238,7 @@ def qk_decomposition(
     additive = None
     if attention_mask is not None:
         dtype = attn.W_Q.dtype
-        additive = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        additive = padding_mask(attention_mask, dtype)
     return QKComponents(pos_pos=comps.pos_pos, pos_cvec=comps.pos_cvec, cvec_pos=comps.cvec_pos,
                         cvec_cvec=comps.cvec_cvec, scores=cache[names[1]][:, idx],
                         pattern=cache[names[2]][:, idx], additive_mask=additive,

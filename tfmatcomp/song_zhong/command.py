@@ -270,7 +270,6 @@ def run_geometry(
     text: str | os.PathLike | Sequence[Document],
     out: str | os.PathLike = "geometry.html",
     *,
-    adapter: str = "auto",
     n_contexts: int = 256,
     n_positions: int = 128,
     n_second: int = 32,
@@ -292,9 +291,6 @@ def run_geometry(
             writes it).
         text: a text file (documents separated by blank lines), a directory (one document per
             file), or a list of :class:`~tfmatcomp.song_zhong.corpus.Document` objects.
-        adapter: how a GPT-2 directory is read (:data:`~tfmatcomp.song_zhong.models.ADAPTERS`):
-            ``"hooks"`` (``"auto"``: transformers' module with forward hooks) or ``"hooked"``
-            (converted to a :class:`~tfmatcomp.HookedDecoder`).
         out: the HTML file to write.
         n_contexts: ``C``, contexts of the first pass (fewer if the text is short).
         n_positions: ``T``, tokens per context (at most the model's maximum).
@@ -327,7 +323,7 @@ def run_geometry(
     unknown = [k for k in keys if k not in SECTIONS]
     if unknown:
         raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")
-    gm, tokenizer = load_geometry_model(model_dir, device, adapter=adapter)
+    gm, tokenizer = load_geometry_model(model_dir, device)
     max_pos = _max_positions(gm)
     if max_pos is not None and n_positions > max_pos:
         raise ValueError(f"n_positions: the model takes at most {max_pos} positions, got {n_positions}")
