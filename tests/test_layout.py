@@ -280,6 +280,7 @@ def test_graph_counts_imports_in_functions_and_under_type_checking():
     graph = import_graph()
     # tfmatcomp.models.encoder imports hf_mapping inside from_hf / to_hf only
     assert "tfmatcomp.models.conversion.hf_mapping" in graph["tfmatcomp.models.encoder"]
+    assert "tfmatcomp.interventions.weights" in graph["tfmatcomp.interventions.base"]
     # gpt2_mapping imports the decoder only under TYPE_CHECKING (at the time of writing)
     src = MODULES["tfmatcomp.models.conversion.gpt2_mapping"][0].read_text(encoding="utf-8")
     if "TYPE_CHECKING" in src and "models.decoder import" in src:
