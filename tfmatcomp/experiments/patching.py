@@ -22,7 +22,7 @@ import pandas as pd
 from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 
 __all__ = ["activation_patching"]
 
@@ -76,8 +76,8 @@ def activation_patching(
                 ref = PAPER_PATCHING.get(entries, {}) if (
                     label == POST and patched == "all" and hook == "attn.hook_z") else {}
                 rows.append({"model": label, "patched": patched, "entries": entries,
-                             "mse_to_X": float(masked_mse(f_p, x.values, where)),
-                             "mse_to_neg_X": float(masked_mse(f_p, neg.values, where)),
+                             "mse_to_X": float(mse(f_p, x.values, where)),
+                             "mse_to_neg_X": float(mse(f_p, neg.values, where)),
                              "paper_4l8h_mse_to_X": ref.get("mse_to_X", float("nan")),
                              "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan")),
                              "intervention": to_json(record)})

@@ -34,7 +34,7 @@ from tfmatcomp.models.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.hooked_base import HookedBase, UnknownHookError
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_choice
 
@@ -171,7 +171,7 @@ class HookedEncoder(HookedBase):
                                  "boolean")
         if return_type == "loss":
             predictions = self._run(tokens, token_type_ids, attention_mask, "predictions")
-            return masked_mse(predictions, values.to(predictions.dtype))
+            return mse(predictions, values.to(predictions.dtype))
         return self._run(tokens, token_type_ids, attention_mask, return_type)
 
     def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):
