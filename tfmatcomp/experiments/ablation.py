@@ -22,6 +22,7 @@ import pandas as pd
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROUP_VALUES,
                                              PAPER_HEAD_GROUPS, POST)
+from tfmatcomp.experiments.table import experiment_table, loss_row
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,
                                      paper_label, resolve_heads, to_json)
 from tfmatcomp.interventions.sites import HeadSpec
@@ -86,15 +87,11 @@ def attention_ablation(
         batch = sample_batch(task, n_samples, seed, model.device)
         paper = PAPER_ABLATION_ALL.get(label, {}) if (chosen == "all" and variant == "uniform") else {}
         for condition, iv in (("baseline", None), ("ablated", abl)):
-            ref = paper.get(condition, {})
             rows.append({"model": label, "heads": _heads_text(chosen), "variant": variant,
-                         "condition": condition, **loss_values(predict(model, batch, iv, batch_size), batch),
-                         "paper_4l8h_L_obs": ref.get("L_obs", _NAN),
-                         "paper_4l8h_L_mask": ref.get("L_mask", _NAN), "intervention": to_json(iv)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="attention ablation", n_samples=n_samples, seed=seed,
-                    heads_convention="papers' 1-based labels")
-    return df
+                         "condition": condition,
+                         **loss_row(model, batch, iv, batch_size, paper.get(condition))})
+    return experiment_table(rows, experiment="attention ablation", n_samples=n_samples, seed=seed,
+                            heads_convention="papers' 1-based labels")
 
 
 def _groups(groups, n_layers: int, n_heads: int) -> dict[str, list[tuple[int, int]]]:
@@ -178,10 +175,9 @@ def head_group_ablation(
                 row[f"paper_4l8h_{k}"] = paper.get(k, _NAN)
             row["intervention"] = to_json(iv)
             rows.append(row)
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="head-group ablation", variant=variant, n_samples=n_samples, seed=seed,
-                    heads_convention="heads: 0-based (layer, head); heads_paper: papers' 1-based")
-    return df
+    return experiment_table(rows, experiment="head-group ablation", variant=variant,
+                            n_samples=n_samples, seed=seed,
+                            heads_convention="heads: 0-based (layer, head); heads_paper: papers' 1-based")
 
 
 def head_ablation_scan(

@@ -25,6 +25,7 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
+from tfmatcomp.experiments.table import experiment_table
 from tfmatcomp.interventions import MaskSubstitution, to_json
 from tfmatcomp.task.metrics import L_mask_prime
 
@@ -92,7 +93,6 @@ def copying_check(
                     "paper_4l8h_L_obs": paper.get("L_obs", float("nan")),
                     "intervention": to_json(iv),
                 })
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="copying check", n_samples=n_samples, seed=seed,
-                    paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, 512 samples)")
-    return df
+    return experiment_table(rows, experiment="copying check", n_samples=n_samples, seed=seed,
+                            paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, "
+                            "512 samples)")

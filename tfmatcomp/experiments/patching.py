@@ -21,6 +21,7 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
+from tfmatcomp.experiments.table import experiment_table
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
 from tfmatcomp.task.metrics import mse
 
@@ -81,11 +82,9 @@ def activation_patching(
                              "paper_4l8h_mse_to_X": ref.get("mse_to_X", float("nan")),
                              "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan")),
                              "intervention": to_json(record)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="activation patching X -> -X", hook=hook, n_samples=n_samples,
-                    seed=seed, layers_convention="0-based",
-                    target="-X: the batch of the source, negated (same mask)")
-    return df
+    return experiment_table(rows, experiment="activation patching X -> -X", hook=hook,
+                            n_samples=n_samples, seed=seed, layers_convention="0-based",
+                            target="-X: the batch of the source, negated (same mask)")
 
 
 def _source(task, x, n_samples: int, seed: int):

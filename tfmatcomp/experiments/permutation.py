@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
+from tfmatcomp.datapath import ModelsLike, TaskLike, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
-from tfmatcomp.interventions import PositionalPermutation, to_json
+from tfmatcomp.experiments.table import experiment_table, loss_row
+from tfmatcomp.interventions import PositionalPermutation
 from tfmatcomp.validation import check_positive_int
 
 __all__ = ["positional_permutation"]
@@ -54,17 +55,10 @@ def positional_permutation(
     for label, model in named.items():
         batch = sample_batch(task, n_samples, seed, model.device)
         rows.append({"model": label, "condition": "baseline", "permutation_seed": None,
-                     **loss_values(predict(model, batch, None, batch_size), batch),
-                     "paper_4l8h_L_obs": float("nan"), "paper_4l8h_L_mask": float("nan"),
-                     "intervention": None})
-        ref = PAPER_PERMUTATION.get(label, {})
+                     **loss_row(model, batch, None, batch_size)})
         for k in range(n_permutations):
             iv = PositionalPermutation(seed=seed + k, n_positions=task.n_positions)
             rows.append({"model": label, "condition": "permuted", "permutation_seed": seed + k,
-                         **loss_values(predict(model, batch, iv, batch_size), batch),
-                         "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                         "paper_4l8h_L_mask": ref.get("L_mask", float("nan")),
-                         "intervention": to_json(iv)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="positional permutation", n_samples=n_samples, seed=seed)
-    return df
+                         **loss_row(model, batch, iv, batch_size, PAPER_PERMUTATION.get(label))})
+    return experiment_table(rows, experiment="positional permutation", n_samples=n_samples,
+                            seed=seed)
