@@ -28,7 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import tfmatcomp as tm
 from tfmatcomp.training.fast_step import FastStep
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
         def step():
             with ctx():
                 predictions = model(batch.tokens)
-            loss = masked_mse(predictions.float(), batch.values)
+            loss = mse(predictions.float(), batch.values)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

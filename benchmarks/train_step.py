@@ -39,7 +39,7 @@ from transformers import BertModel
 import tfmatcomp as tm
 from tfmatcomp.training import fast_step
 from tfmatcomp.models.conversion.bert import config_to_hf
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 
 PROJECTED_STEPS = 50_000
 
@@ -93,7 +93,7 @@ def build_steps(preset: tm.Preset, device: torch.device, batch_size: int,
     opt_explicit = _adam(explicit.parameters(), lr, fused=False)
 
     def step_explicit():
-        loss = masked_mse(explicit(tokens), values)
+        loss = mse(explicit(tokens), values)
         opt_explicit.zero_grad(set_to_none=True)
         loss.backward()
         opt_explicit.step()
@@ -115,7 +115,7 @@ def build_steps(preset: tm.Preset, device: torch.device, batch_size: int,
         def step():
             with ctx():
                 pred = head(bert(tokens).last_hidden_state).squeeze(-1)
-            loss = masked_mse(pred, values)
+            loss = mse(pred, values)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

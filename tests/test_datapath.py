@@ -50,9 +50,6 @@ def test_run_chunked_with_hooks_and_interventions(tiny_model, batch4):
     got3, _ = datapath.run_chunked(tiny_model, batch4, fwd_hooks=hooks)
     assert torch.allclose(got3, want, atol=1e-5)
     assert tiny_model.active_hook_count() == 0
-    with pytest.warns(DeprecationWarning, match="chunk_size"):
-        old = datapath.predict(tiny_model, batch4, chunk_size=4)
-    assert torch.equal(old, datapath.predict(tiny_model, batch4, batch_size=4))
 
 
 def test_iter_chunks_streams(tiny_model, batch4):

@@ -12,9 +12,10 @@ from scipy.special import expit
 
 import tfmatcomp as tm
 from tfmatcomp.analyses.dynamics import (
-    COMPONENT_GROUPS, PAPER_COMPONENTS, component_parameter_names, component_predicate,
-    component_training, detect_drop, reinitialize_component, summarize_drops, train_component,
+    PAPER_COMPONENTS, component_training, detect_drop, reinitialize_component, summarize_drops,
+    train_component,
 )
+from tfmatcomp.models.param_groups import GROUPS, group_parameter_names, group_predicate
 
 STEPS = np.arange(0, 50_000, 50.0)
 
@@ -94,7 +95,7 @@ def test_dataframe_input_and_summary(tmp_path):
 # --------------------------------------------------------------------- component groups
 def test_groups_partition_the_paper_components(tiny_model):
     names = [n for n, _ in tiny_model.named_parameters()]
-    owned = {g: set(component_parameter_names(tiny_model, g)) for g in PAPER_COMPONENTS}
+    owned = {g: set(group_parameter_names(tiny_model, g)) for g in PAPER_COMPONENTS}
     for a in PAPER_COMPONENTS:
         assert owned[a], a
         for b in PAPER_COMPONENTS:
@@ -104,11 +105,11 @@ def test_groups_partition_the_paper_components(tiny_model):
     assert "blocks.0.mlp.W_out" in owned["mlp"] and "blocks.0.ln2.b" in owned["mlp"]
     leftover = set(names) - set().union(*owned.values())
     assert leftover == {n for n in names if n.startswith(("readout.", "embed.ln."))}
-    assert set(component_parameter_names(tiny_model, "all")) == set(names)
-    assert component_predicate(["mlp", "pos_embed"])("embed.W_pos")
+    assert set(group_parameter_names(tiny_model, "all")) == set(names)
+    assert group_predicate(["mlp", "pos_embed"])("embed.W_pos")
     with pytest.raises(ValueError, match="group"):
-        component_predicate("heads")
-    assert set(COMPONENT_GROUPS) >= set(PAPER_COMPONENTS)
+        group_predicate("heads")
+    assert set(GROUPS) >= set(PAPER_COMPONENTS)
 
 
 def test_reinitialize_uses_model_init_and_explicit_seed(tiny_model):
@@ -116,7 +117,7 @@ def test_reinitialize_uses_model_init_and_explicit_seed(tiny_model):
     b = reinitialize_component(tiny_model, "attention", seed=torch.Generator().manual_seed(5))
     fresh = tm.HookedEncoder(tiny_model.cfg, seed=5)
     for name, p in a.named_parameters():
-        if component_predicate("attention")(name):
+        if group_predicate("attention")(name):
             assert torch.equal(p, fresh.get_parameter(name)), name
         else:
             assert torch.equal(p, tiny_model.get_parameter(name)), name
@@ -146,7 +147,7 @@ def test_component_training_from_checkpoint(trained_checkpoint, group, tmp_path)
     start = reinitialize_component(source, group, seed=11)
     res = train_component(path, group, reinit_seed=11, out_dir=tmp_path, n_steps=5,
                           batch_size=8, eval_batch_size=8, log_every=1, lr=1e-2, device="cpu")
-    pred = component_predicate(group)
+    pred = group_predicate(group)
     changed = 0
     for name, p in res.model.named_parameters():
         if pred(name):

@@ -136,9 +136,6 @@ def test_same_seed_same_table_and_chunking(random_model):
     assert not a["mse_to_X"].equals(c["mse_to_X"])
     d = activation_patching(random_model, TASK, n_samples=40, seed=5, batch_size=7)
     pd.testing.assert_frame_equal(a, d, rtol=1e-5)
-    with pytest.warns(DeprecationWarning, match="chunk_size is deprecated, use batch_size"):
-        e = activation_patching(random_model, TASK, n_samples=40, seed=5, chunk_size=7)
-    pd.testing.assert_frame_equal(d, e)
 
 
 def test_checkpoint_paths_and_task_from_checkpoint(random_model, tmp_path):

@@ -16,7 +16,7 @@ pytest.importorskip("tokenizers")
 
 from tfmatcomp.song_zhong.command import SECTIONS, run_geometry  # noqa: E402
 from tfmatcomp.song_zhong.corpus import cut_contexts, read_documents  # noqa: E402
-from tfmatcomp.song_zhong.models import GPT2Geometry, load_geometry_model  # noqa: E402
+from tfmatcomp.song_zhong.models import DecoderGeometry, load_geometry_model  # noqa: E402
 from tfmatcomp.geometry.theory import (kernel_factorization_error, low_frequency_error,  # noqa: E402
                                        positional_projection, theorem1_table)
 
@@ -86,7 +86,7 @@ def test_gpt2_stream_matches_hidden_states_and_qk_sums_to_scores(tmp_path):
 
     path = _save_model("gpt2", tmp_path / "gpt2")
     gm, _ = load_geometry_model(path)
-    assert isinstance(gm, GPT2Geometry) and gm.causal
+    assert isinstance(gm, DecoderGeometry) and gm.family == "gpt2" and gm.causal
     tokens = torch.randint(5, 25, (6, 12), generator=torch.Generator().manual_seed(1))
     acc = gm.accumulate([tokens], drop_first=0, progress=False, total=1)
     hf = GPT2Model.from_pretrained(path, attn_implementation="eager").eval()

@@ -1,5 +1,5 @@
 """The geometry command on HookedDecoders: the QK split at the pre-LN block's LayerNorm output, the
-two GPT-2 adapters agreeing, and the CLI end to end on a saved HookedDecoder checkpoint."""
+a GPT-2 read through HookedDecoder.from_hf measuring what transformers computes, and the CLI end to end on a saved HookedDecoder checkpoint."""
 
 from __future__ import annotations
 
@@ -64,8 +64,15 @@ def test_decoder_qk_components_sum_to_scores_at_the_ln1_output():
                           atol=1e-5)
 
 
-def test_gpt2_hooked_adapter_measures_what_the_hooks_adapter_measures(tmp_path):
+def test_gpt2_read_through_from_hf_measures_what_transformers_computes(tmp_path):
+    """A GPT-2 directory is converted with HookedDecoder.from_hf; its stream, attention inputs and
+    QK components equal those computed here from transformers' own module: its hidden_states, the
+    outputs of h[l].ln_1 and the query / key columns of c_attn (the reading the geometry command
+    had before it used the conversion)."""
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tfmatcomp.decomposition import decompose
+    from tfmatcomp.geometry.qk import full_pos, qk_components
 
     torch.manual_seed(0)
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=30, n_embd=16, n_layer=2, n_head=2, n_positions=16,
@@ -78,21 +85,40 @@ def test_gpt2_hooked_adapter_measures_what_the_hooks_adapter_measures(tmp_path):
     from tests.test_geometry_command import _tokenizer
 
     _tokenizer("gpt2").save_pretrained(tmp_path / "gpt2")
-    hooks, _ = load_geometry_model(tmp_path / "gpt2")
-    hooked, _ = load_geometry_model(tmp_path / "gpt2", adapter="hooked")
-    assert isinstance(hooked, DecoderGeometry) and hooked.family == "gpt2" and hooked.causal
+    gm, _ = load_geometry_model(tmp_path / "gpt2")
+    assert isinstance(gm, DecoderGeometry) and gm.family == "gpt2" and gm.causal
     tokens = torch.randint(0, 30, (10, 16), generator=torch.Generator().manual_seed(2))
-    a = hooks.accumulate([tokens], drop_first=1, progress=False, total=1)
-    b = hooked.accumulate([tokens], drop_first=1, progress=False, total=1)
-    for ka, kb in zip(hooks.stream_keys + hooks.attention_input_keys,
-                      hooked.stream_keys + hooked.attention_input_keys):
-        da, db = a.result(ka), b.result(kb)
-        assert torch.allclose(da.mu, db.mu, atol=1e-4) and torch.allclose(da.pos, db.pos, atol=1e-4)
-    layer = 1
-    qa = hooks.qk(tokens[:2], layer, a.result(hooks.attention_input_keys[layer]))
-    qb = hooked.qk(tokens[:2], layer, b.result(hooked.attention_input_keys[layer]))
+    acc = gm.accumulate([tokens], drop_first=1, progress=False, total=1)
+
+    body = gpt2.transformer.eval()
+    ln_1: dict[int, torch.Tensor] = {}
+    hooks = [block.ln_1.register_forward_hook(lambda m, a, o, l=l: ln_1.__setitem__(l, o))
+             for l, block in enumerate(body.h)]
+    try:
+        with torch.no_grad():
+            hidden = body(tokens, output_hidden_states=True).hidden_states
+    finally:
+        for h in hooks:
+            h.remove()
+    theirs = list(hidden) + [ln_1[l] for l in range(len(body.h))]
+    for key, act in zip(gm.stream_keys + gm.attention_input_keys, theirs):
+        ours, ref = acc.result(key), decompose(act, drop_first=1)
+        assert torch.allclose(ours.mu, ref.mu, atol=1e-4) and torch.allclose(ours.pos, ref.pos, atol=1e-4)
+
+    layer, d, H = 1, 16, 2
+    qk = gm.qk(tokens[:2], layer, acc.result(gm.attention_input_keys[layer]))
+    ref = decompose(ln_1[layer], drop_first=1)
+    x = ln_1[layer][:2].double()
+    x_pos = (full_pos(ref, 16) + ref.mu).expand_as(x)
+    W, b = body.h[layer].attn.c_attn.weight, body.h[layer].attn.c_attn.bias  # Conv1D: x W + b
+
+    def heads(w):  # [d, d] -> [head, d, d_head]
+        return w.reshape(d, H, d // H).permute(1, 0, 2)
+
+    want = qk_components(x_pos, x - x_pos, heads(W[:, :d]), heads(W[:, d:2 * d]),
+                         b[:d].reshape(H, d // H), b[d:2 * d].reshape(H, d // H))
     for c in ("pos_pos", "pos_cvec", "cvec_pos", "cvec_cvec"):
-        assert torch.allclose(getattr(qa, c), getattr(qb, c), atol=1e-4)
+        assert torch.allclose(getattr(qk, c), getattr(want, c), atol=1e-4)
 
 
 def _save_char_decoder(tmp_path, tokenizer: CharTokenizer):
@@ -114,11 +140,9 @@ def test_cli_geometry_on_a_saved_hooked_decoder_checkpoint(tmp_path, corpus):
     assert "NanoGPT (paper)" in page  # a small decoder is shown beside the paper's NanoGPT too
     for key in ("table1", "pca", "gram", "clusters", "qk", "theory", "induction"):
         assert f'id="{key}"' in page
-    # its weights file names the same checkpoint; 'hooks' is for transformers directories only
+    # its weights file names the same checkpoint
     gm, tokenizer = load_geometry_model(path / "model.safetensors")
     assert isinstance(gm, DecoderGeometry) and tokenizer == tok
-    with pytest.raises(ValueError, match="adapter"):
-        load_geometry_model(path, adapter="hooks")
     # a checkpoint without a tokenizer is refused with a reason
     bare = tm.save_checkpoint(_random_decoder(), tmp_path / "bare", step=0)
     with pytest.raises(ValueError, match="records no tokenizer"):

@@ -9,9 +9,10 @@ import torch
 pytest.importorskip("transformers")
 
 from tfmatcomp.decomposition import accumulate  # noqa: E402
+from tfmatcomp.models.decoder import HookedDecoder  # noqa: E402
 from tfmatcomp.song_zhong.induction import (HEAD_TYPES, induction_scores, induction_study,  # noqa: E402
                                           repeated_random_tokens)
-from tfmatcomp.song_zhong.models import GPT2Geometry  # noqa: E402
+from tfmatcomp.song_zhong.models import DecoderGeometry  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +22,7 @@ def gpt2():
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                                        bos_token_id=None, eos_token_id=None)).eval()
-    gm = GPT2Geometry(model)
+    gm = DecoderGeometry(HookedDecoder.from_hf(model).eval(), family="gpt2")
     g = torch.Generator().manual_seed(1)
     batches = [torch.randint(50, (8, 32), generator=g) for _ in range(3)]
     acc = gm.accumulate(batches, drop_first=1, progress=False, total=None)

@@ -191,7 +191,7 @@ from tfmatcomp.datapath import loss_values, predict, sample_batch  # noqa: E402
 from tfmatcomp.experiments import (activation_patching, attention_ablation, copying_check,  # noqa: E402
                                    head_ablation_scan, head_group_ablation, positional_permutation,
                                    weight_transplant)
-from tfmatcomp.task.metrics import L_mask_prime, masked_mse  # noqa: E402
+from tfmatcomp.task.metrics import L_mask_prime, mse  # noqa: E402
 from tfmatcomp.report.render import frame_html  # noqa: E402
 
 TASK_CFG = tm.TaskConfig(n_rows=4, rank=1)
@@ -262,7 +262,7 @@ def test_patching_table_records_a_small_exact_patch(model):
     x = sample_batch(TASK_CFG, N, 4)
     with torch.no_grad():
         f_p = patch.run(model, x.negated().tokens)
-    assert float(masked_mse(f_p, x.values, x.masked)) == row["mse_to_X"]
+    assert float(mse(f_p, x.values, x.masked)) == row["mse_to_X"]
 
 
 def test_report_tables_write_the_interventions_out(model):

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfmatcomp as tm
-from tfmatcomp.interventions import (TRANSPLANT_GROUPS, ActivationAblation, ActivationPatch,
+from tfmatcomp.models.param_groups import GROUPS
+from tfmatcomp.interventions import (ActivationAblation, ActivationPatch,
                                      DonorMismatchError, MaskSubstitution, MeanAttentionAblation,
                                      PositionalPermutation, UniformAttentionAblation,
                                      WeightTransplant, compose, negation_patch, paper_heads,
@@ -195,7 +196,7 @@ def test_self_transplant_is_a_noop_and_restores_bits(model, batch):
     assert torch.equal(model.run_with_hooks(batch.tokens, fwd_hooks=t.fwd_hooks(model)), clean)
 
 
-@pytest.mark.parametrize("params", sorted(TRANSPLANT_GROUPS))
+@pytest.mark.parametrize("params", sorted(GROUPS))
 def test_transplant_applied_equals_reference_and_hooks(model, donor, batch, params):
     snap = snapshot(model)
     t = WeightTransplant(donor, params=params)

@@ -13,7 +13,7 @@ Example:
 from tfmatcomp.config import (PRESETS, DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig,
                               get_preset)
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
-from tfmatcomp.task.metrics import L_mask_prime, losses, masked_mse
+from tfmatcomp.task.metrics import L_mask_prime, losses, mse
 from tfmatcomp.models.encoder import HookedEncoder, UnknownHookError
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.task.tokenizer import MASK_TOKEN_ID, ValueTokenizer
@@ -29,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
     "MatrixBatch", "MatrixCompletionTask", "ValueTokenizer", "MASK_TOKEN_ID",
-    "HookedEncoder", "HookedDecoder", "DecoderConfig", "UnknownHookError", "losses", "masked_mse",
+    "HookedEncoder", "HookedDecoder", "DecoderConfig", "UnknownHookError", "losses", "mse",
     "L_mask_prime",
     "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
     "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "train_many",

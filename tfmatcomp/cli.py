@@ -19,7 +19,7 @@ import sys
 from typing import Callable
 
 from tfmatcomp.config import PRESETS, EncoderConfig
-from tfmatcomp.task.data import _DISTRIBUTIONS
+from tfmatcomp.task.data import DISTRIBUTIONS
 
 #: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
 _CHECKPOINT_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
@@ -51,7 +51,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: none)")
     p.add_argument("--checkpoint-steps", type=lambda s: tuple(int(x) for x in s.split(",") if x),
                    help="comma-separated steps that always get a checkpoint")
-    p.add_argument("--distribution", choices=_DISTRIBUTIONS,
+    p.add_argument("--distribution", choices=DISTRIBUTIONS,
                    help="law of the factors' entries (default: the preset's, uniform on [-1, 1])")
     p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
     fast = p.add_mutually_exclusive_group()
@@ -292,9 +292,6 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
                    "document per file); documents are the cluster labels")
     p.add_argument("-o", "--out", default="geometry.html", help="HTML file to write")
-    p.add_argument("--adapter", default="auto", choices=("auto", "hooks", "hooked"),
-                   help="how a GPT-2 directory is read: hooks (auto; forward hooks on transformers' "
-                   "module) or hooked (converted to a tfmatcomp HookedDecoder)")
     p.add_argument("--contexts", type=int, default=256, help="C, contexts of the first pass (256)")
     p.add_argument("--positions", type=int, default=128, help="T, tokens per context (128)")
     p.add_argument("--second-pass", type=int, default=32, help="contexts of the second pass (32)")
@@ -314,8 +311,7 @@ def _geometry(args: argparse.Namespace) -> int:
     """Song & Zhong's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
     from tfmatcomp.song_zhong.command import run_geometry
 
-    report = run_geometry(args.model_dir, args.text, args.out, adapter=args.adapter,
-                          n_contexts=args.contexts,
+    report = run_geometry(args.model_dir, args.text, args.out, n_contexts=args.contexts,
                           n_positions=args.positions, n_second=args.second_pass,
                           batch_size=args.batch_size, layer=args.layer, head=args.head,
                           drop_first=args.drop_first, seed=args.seed, device=args.device,
@@ -372,7 +368,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, help="steps between metrics-log lines")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: only the "
                    "preset's fixed steps and the last)")
-    p.add_argument("--distribution", choices=_DISTRIBUTIONS, help="law of the factors' entries")
+    p.add_argument("--distribution", choices=DISTRIBUTIONS, help="law of the factors' entries")
     p.add_argument("--device", help="cpu, cuda, ... (default: CUDA when present)")
     p.add_argument("--overwrite", action="store_true", help="train every configuration again from "
                    "step 0 (by default finished runs are kept and unfinished ones resumed)")

@@ -62,7 +62,7 @@ from tfmatcomp.task.metrics import losses
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.task.gpt import encode_sequence, predicted_values, sequence_length
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.validation import check_positive_int, renamed_argument
+from tfmatcomp.validation import check_positive_int
 
 __all__ = [
     "ModelLike", "ModelsLike", "TaskLike", "Inputs", "InterventionLike", "Chunk",
@@ -425,15 +425,12 @@ def predict(
     batch: MatrixBatch,
     intervention: InterventionLike = None,
     batch_size: int = 256,
-    *,
-    chunk_size: int | None = None,
 ) -> Float[Tensor, "batch pos"]:
     """Predictions on ``batch``, ``batch_size`` matrices at a time, with ``intervention`` applied.
 
     Args:
         intervention: None, an :class:`~tfmatcomp.interventions.Intervention`, or a function of the
             chunk (a :class:`~tfmatcomp.MatrixBatch`) returning one (e.g. a patch from that chunk).
-        chunk_size: deprecated name of ``batch_size``.
 
     Example:
         >>> import tfmatcomp as tm
@@ -441,7 +438,6 @@ def predict(
         >>> predict(model, sample_batch("tiny", 3, seed=0), batch_size=2).shape
         torch.Size([3, 16])
     """
-    batch_size = renamed_argument("predict", "chunk_size", chunk_size, "batch_size", batch_size)
     preds, _ = run_chunked(model, batch, batch_size=batch_size, intervention=intervention)
     return preds
 

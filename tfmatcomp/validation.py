@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import warnings
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Iterator, TypeVar
@@ -44,7 +43,6 @@ __all__ = [
     "check_output_file",
     "check_device",
     "writable_output",
-    "renamed_argument",
 ]
 
 MAX_SEED = 2**63 - 1
@@ -472,23 +470,3 @@ def check_device(name: str, device: Any) -> Any:
     elif dev.type not in ("cpu", "cuda", "mps", "meta"):
         raise ValueError(f"{name}: must be 'cpu', 'cuda', 'cuda:N' or 'mps', got {device!r}")
     return dev
-
-
-def renamed_argument(where: str, old_name: str, old_value: Any, new_name: str, new_value: T) -> T:
-    """The value of a renamed keyword: ``new_value`` unless the deprecated ``old_value`` was given
-    (not None), in which case that one, with a :class:`DeprecationWarning`.
-
-    Example:
-        >>> import warnings
-        >>> renamed_argument("f", "chunk_size", None, "batch_size", 64)
-        64
-        >>> with warnings.catch_warnings(record=True) as w:
-        ...     warnings.simplefilter("always")
-        ...     value = renamed_argument("f", "chunk_size", 8, "batch_size", 64)
-        >>> value, str(w[0].message)
-        (8, 'f: chunk_size is deprecated, use batch_size')
-    """
-    if old_value is None:
-        return new_value
-    warnings.warn(f"{where}: {old_name} is deprecated, use {new_name}", DeprecationWarning, stacklevel=3)
-    return old_value

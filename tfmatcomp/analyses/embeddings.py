@@ -52,7 +52,6 @@ __all__ = [
     "PositionalPCA",
     "positional_embedding_pca",
     "positional_similarity",
-    "load_models",
     "checkpoint_token_projection",
 ]
 
@@ -266,21 +265,6 @@ def positional_embedding_pca(model, n_rows: int, n_cols: int | None = None,
 
 
 # --------------------------------------------------------------------------- checkpoints
-def load_models(checkpoints, device=None) -> dict[int, object]:
-    """Normalise checkpoints to ``{step: HookedEncoder}``: :func:`tfmatcomp.datapath.load_checkpoints`.
-
-    Accepts a dict ``step -> HookedEncoder | path``, a list of checkpoint paths, or a run directory
-    (its ``checkpoints/step_*`` folders).
-
-    Example:
-        >>> from tfmatcomp import HookedEncoder, EncoderConfig
-        >>> m = HookedEncoder(EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
-        >>> list(load_models({20: m, 10: m}))
-        [10, 20]
-    """
-    return load_checkpoints(checkpoints, device)
-
-
 def checkpoint_token_projection(checkpoints, values: Tensor | Sequence[float] | None = None, *,
                                 final_step: int | None = None, n_components: int = 2,
                                 v_min: float = -1.5, v_max: float = 1.5,
@@ -293,7 +277,7 @@ def checkpoint_token_projection(checkpoints, values: Tensor | Sequence[float] | 
 
     Args:
         checkpoints: ``{step: HookedEncoder | path}``, a list of checkpoint paths, or a run
-            directory (see :func:`load_models`).
+            directory (see :func:`tfmatcomp.datapath.load_checkpoints`).
         values: values whose embeddings are projected (default the grid ``v_min..v_max``).
 
     Returns:
@@ -309,7 +293,7 @@ def checkpoint_token_projection(checkpoints, values: Tensor | Sequence[float] | 
         >>> sorted(df["step"].unique().tolist()), float(df[df.step == 100]["distance_to_final"].iloc[0])
         ([0, 100], 0.0)
     """
-    models = load_models(checkpoints)
+    models = load_checkpoints(checkpoints)
     final = max(models) if final_step is None else int(final_step)
     if final not in models:
         raise ValueError(f"final_step: {final} is not among the checkpoint steps {list(models)}")

@@ -47,11 +47,10 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.datapath import run_chunked
 from tfmatcomp.models.hook_names import resid_name
 from tfmatcomp.task.masks import positions_to_rows_cols
-from tfmatcomp.validation import check_choice, check_in_range, check_non_negative, renamed_argument
+from tfmatcomp.validation import check_choice, check_in_range, check_non_negative
 
 __all__ = [
     "LinearProbe",
-    "layer_hook_name",
     "hidden_states",
     "masked_row_targets",
     "value_targets",
@@ -67,17 +66,6 @@ PROBE_TARGETS = ("masked_row", "value", "singular_vector")
 
 
 # --------------------------------------------------------------------------- hidden states
-def layer_hook_name(layer: int, n_layers: int) -> str:
-    """Hook whose activation is the hidden state "after ``layer`` layers" (see module docstring):
-    :func:`tfmatcomp.models.hook_names.resid_name` with ``at="layer_output"``.
-
-    Example:
-        >>> layer_hook_name(0, 4), layer_hook_name(4, 4)
-        ('hook_full_embed', 'blocks.3.hook_normalized_resid_post')
-    """
-    return resid_name(layer, n_layers, at="layer_output", arg="layers")
-
-
 def hidden_states(
     model,
     tokens: Tensor,
@@ -103,7 +91,7 @@ def hidden_states(
     """
     n_layers = model.cfg.n_layers
     layers = list(range(n_layers + 1)) if layers is None else [int(l) for l in layers]
-    names = {layer_hook_name(l, n_layers): l for l in layers}
+    names = {resid_name(l, n_layers, at="layer_output", arg="layers"): l for l in layers}
     _, cache = run_chunked(model, tokens, batch_size=batch_size, names=list(names),
                            return_predictions=False)
     return {l: cache[name] for name, l in names.items()}
@@ -269,12 +257,10 @@ def probe_metrics(
 
 
 def split_matrices(n_samples: int, test_fraction: float = 0.25,
-                   generator: torch.Generator | None = None, *,
-                   batch_size: int | None = None) -> tuple[Tensor, Tensor]:
+                   generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
     """Random split of matrix indices ``0..n_samples-1`` into (train, test), both non-empty.
 
     The permutation comes from ``generator`` (a fresh ``manual_seed(0)`` CPU generator when None).
-    ``batch_size`` is the deprecated name of ``n_samples``.
 
     Example:
         >>> import torch
@@ -282,7 +268,6 @@ def split_matrices(n_samples: int, test_fraction: float = 0.25,
         >>> len(train), len(test), sorted(train.tolist() + test.tolist()) == list(range(8))
         (6, 2, True)
     """
-    n_samples = renamed_argument("split_matrices", "batch_size", batch_size, "n_samples", n_samples)
     if not isinstance(n_samples, int) or n_samples < 2:
         raise ValueError(f"n_samples: need at least 2 matrices to split, got {n_samples!r}")
     check_in_range("test_fraction", test_fraction, 0.0, 1.0, closed=False)
@@ -374,7 +359,7 @@ def probe_layers(
     rows = []
     for layer, h in states.items():
         feat = h.reshape(-1, h.shape[-1])
-        row = {"layer": layer, "hook_name": layer_hook_name(layer, model.cfg.n_layers),
+        row = {"layer": layer, "hook_name": resid_name(layer, model.cfg.n_layers, at="layer_output"),
                "n_train": len(train_idx), "n_test": len(test_idx)}
         if "masked_row" in target_tensors:
             m = _fit_and_score(feat, target_tensors["masked_row"], train_el, test_el, ridge, False)

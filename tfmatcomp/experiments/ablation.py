@@ -22,10 +22,10 @@ import pandas as pd
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROUP_VALUES,
                                              PAPER_HEAD_GROUPS, POST)
+from tfmatcomp.experiments.table import experiment_table, loss_row
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,
                                      paper_label, resolve_heads, to_json)
 from tfmatcomp.interventions.sites import HeadSpec
-from tfmatcomp.validation import renamed_argument
 
 __all__ = ["attention_ablation", "head_group_ablation", "head_ablation_scan"]
 
@@ -55,7 +55,6 @@ def attention_ablation(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (the workshop paper Sections 3.1.2, 3.2.1).
 
@@ -80,7 +79,6 @@ def attention_ablation(
         >>> df["paper_4l8h_L_mask"].tolist()
         [0.0128, 0.2183]
     """
-    batch_size = renamed_argument("attention_ablation", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -89,15 +87,11 @@ def attention_ablation(
         batch = sample_batch(task, n_samples, seed, model.device)
         paper = PAPER_ABLATION_ALL.get(label, {}) if (chosen == "all" and variant == "uniform") else {}
         for condition, iv in (("baseline", None), ("ablated", abl)):
-            ref = paper.get(condition, {})
             rows.append({"model": label, "heads": _heads_text(chosen), "variant": variant,
-                         "condition": condition, **loss_values(predict(model, batch, iv, batch_size), batch),
-                         "paper_4l8h_L_obs": ref.get("L_obs", _NAN),
-                         "paper_4l8h_L_mask": ref.get("L_mask", _NAN), "intervention": to_json(iv)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="attention ablation", n_samples=n_samples, seed=seed,
-                    heads_convention="papers' 1-based labels")
-    return df
+                         "condition": condition,
+                         **loss_row(model, batch, iv, batch_size, paper.get(condition))})
+    return experiment_table(rows, experiment="attention ablation", n_samples=n_samples, seed=seed,
+                            heads_convention="papers' 1-based labels")
 
 
 def _groups(groups, n_layers: int, n_heads: int) -> dict[str, list[tuple[int, int]]]:
@@ -135,7 +129,6 @@ def head_group_ablation(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Ablate each group of heads on its own; losses without / with and their ratio (the NeurIPS paper App. L).
 
@@ -162,7 +155,6 @@ def head_group_ablation(
         >>> df[["group", "heads_paper"]].values.tolist()
         [['first', '(1,1-2)'], ['second', '(2,4)']]
     """
-    batch_size = renamed_argument("head_group_ablation", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -183,10 +175,9 @@ def head_group_ablation(
                 row[f"paper_4l8h_{k}"] = paper.get(k, _NAN)
             row["intervention"] = to_json(iv)
             rows.append(row)
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="head-group ablation", variant=variant, n_samples=n_samples, seed=seed,
-                    heads_convention="heads: 0-based (layer, head); heads_paper: papers' 1-based")
-    return df
+    return experiment_table(rows, experiment="head-group ablation", variant=variant,
+                            n_samples=n_samples, seed=seed,
+                            heads_convention="heads: 0-based (layer, head); heads_paper: papers' 1-based")
 
 
 def head_ablation_scan(
@@ -198,7 +189,6 @@ def head_ablation_scan(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Ablate every head alone; the change in ``metric`` (ablated minus baseline) as a layers x heads table.
 
@@ -220,7 +210,6 @@ def head_ablation_scan(
         >>> scan.shape, scan.index.name, scan.columns.name
         ((2, 4), 'layer', 'head')
     """
-    batch_size = renamed_argument("head_ablation_scan", "chunk_size", chunk_size, "batch_size", batch_size)
     if metric not in ("L", "L_obs", "L_mask"):
         raise ValueError(f"metric: must be 'L', 'L_obs' or 'L_mask', got {metric!r}")
     named, task = resolve_models(models, task)

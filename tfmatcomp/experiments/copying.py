@@ -25,9 +25,9 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
+from tfmatcomp.experiments.table import experiment_table
 from tfmatcomp.interventions import MaskSubstitution, to_json
 from tfmatcomp.task.metrics import L_mask_prime
-from tfmatcomp.validation import renamed_argument
 
 __all__ = ["copying_check"]
 
@@ -41,7 +41,6 @@ def copying_check(
     mask_values: Iterable[float | None] = (None, 0.44, -0.24),
     random_matrices: bool = True,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``L'_mask`` and ``L_obs`` with MASK replaced by the token of ``m`` (Table 1 of the workshop paper).
 
@@ -53,7 +52,7 @@ def copying_check(
         seed: seeds the low-rank batch (``seed``) and the random batch (``seed + 1``).
         mask_values: ``None`` keeps MASK (``m = 0``); numbers are substituted.
         random_matrices: also run on full-rank matrices with iid entries.
-        batch_size: matrices per forward pass (``chunk_size`` is its deprecated name).
+        batch_size: matrices per forward pass.
 
     Returns:
         One row per (model, inputs, mask): ``model``, ``inputs`` (``"rank-r"`` or ``"random"``),
@@ -69,7 +68,6 @@ def copying_check(
         >>> df.loc[0, "inputs"], df.loc[0, "mask"], float(df.loc[0, "paper_4l8h_L_mask_prime"])
         ('rank-1', '0.44', 0.0004)
     """
-    batch_size = renamed_argument("copying_check", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     kinds = [(f"rank-{task.rank}" if task.rank is not None else "random", "low-rank", task, seed)]
     if random_matrices and task.rank is not None:
@@ -95,7 +93,6 @@ def copying_check(
                     "paper_4l8h_L_obs": paper.get("L_obs", float("nan")),
                     "intervention": to_json(iv),
                 })
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="copying check", n_samples=n_samples, seed=seed,
-                    paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, 512 samples)")
-    return df
+    return experiment_table(rows, experiment="copying check", n_samples=n_samples, seed=seed,
+                            paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, "
+                            "512 samples)")

@@ -21,9 +21,9 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
+from tfmatcomp.experiments.table import experiment_table
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
-from tfmatcomp.task.metrics import masked_mse
-from tfmatcomp.validation import renamed_argument
+from tfmatcomp.task.metrics import mse
 
 __all__ = ["activation_patching"]
 
@@ -37,7 +37,6 @@ def activation_patching(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """``MSE(f_p, X)`` and ``MSE(f_p, -X)`` at masked and observed entries, for patched layer sets.
 
@@ -56,7 +55,6 @@ def activation_patching(
         the seeded batch ``X`` (``SampledBatch(task, n_samples, seed)``), so the record is small.
         Run chunk by chunk, each chunk is patched from the same rows of ``X``, which is the same.
     """
-    batch_size = renamed_argument("activation_patching", "chunk_size", chunk_size, "batch_size", batch_size)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
@@ -79,16 +77,14 @@ def activation_patching(
                 ref = PAPER_PATCHING.get(entries, {}) if (
                     label == POST and patched == "all" and hook == "attn.hook_z") else {}
                 rows.append({"model": label, "patched": patched, "entries": entries,
-                             "mse_to_X": float(masked_mse(f_p, x.values, where)),
-                             "mse_to_neg_X": float(masked_mse(f_p, neg.values, where)),
+                             "mse_to_X": float(mse(f_p, x.values, where)),
+                             "mse_to_neg_X": float(mse(f_p, neg.values, where)),
                              "paper_4l8h_mse_to_X": ref.get("mse_to_X", float("nan")),
                              "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan")),
                              "intervention": to_json(record)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="activation patching X -> -X", hook=hook, n_samples=n_samples,
-                    seed=seed, layers_convention="0-based",
-                    target="-X: the batch of the source, negated (same mask)")
-    return df
+    return experiment_table(rows, experiment="activation patching X -> -X", hook=hook,
+                            n_samples=n_samples, seed=seed, layers_convention="0-based",
+                            target="-X: the batch of the source, negated (same mask)")
 
 
 def _source(task, x, n_samples: int, seed: int):

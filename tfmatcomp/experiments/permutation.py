@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
+from tfmatcomp.datapath import ModelsLike, TaskLike, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
-from tfmatcomp.interventions import PositionalPermutation, to_json
-from tfmatcomp.validation import check_positive_int, renamed_argument
+from tfmatcomp.experiments.table import experiment_table, loss_row
+from tfmatcomp.interventions import PositionalPermutation
+from tfmatcomp.validation import check_positive_int
 
 __all__ = ["positional_permutation"]
 
@@ -33,7 +34,6 @@ def positional_permutation(
     seed: int = 0,
     n_permutations: int = 1,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Losses with randomly permuted positional embeddings.
 
@@ -49,24 +49,16 @@ def positional_permutation(
         ``paper_4l8h_L_mask`` (post-shift, permuted rows), ``intervention`` (JSON of the
         permutation, None for the baseline).
     """
-    batch_size = renamed_argument("positional_permutation", "chunk_size", chunk_size, "batch_size", batch_size)
     check_positive_int("n_permutations", n_permutations)
     named, task = resolve_models(models, task)
     rows = []
     for label, model in named.items():
         batch = sample_batch(task, n_samples, seed, model.device)
         rows.append({"model": label, "condition": "baseline", "permutation_seed": None,
-                     **loss_values(predict(model, batch, None, batch_size), batch),
-                     "paper_4l8h_L_obs": float("nan"), "paper_4l8h_L_mask": float("nan"),
-                     "intervention": None})
-        ref = PAPER_PERMUTATION.get(label, {})
+                     **loss_row(model, batch, None, batch_size)})
         for k in range(n_permutations):
             iv = PositionalPermutation(seed=seed + k, n_positions=task.n_positions)
             rows.append({"model": label, "condition": "permuted", "permutation_seed": seed + k,
-                         **loss_values(predict(model, batch, iv, batch_size), batch),
-                         "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                         "paper_4l8h_L_mask": ref.get("L_mask", float("nan")),
-                         "intervention": to_json(iv)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="positional permutation", n_samples=n_samples, seed=seed)
-    return df
+                         **loss_row(model, batch, iv, batch_size, PAPER_PERMUTATION.get(label))})
+    return experiment_table(rows, experiment="positional permutation", n_samples=n_samples,
+                            seed=seed)

@@ -21,10 +21,10 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.datapath import ModelLike, TaskLike, loss_values, predict, resolve_models, sample_batch
+from tfmatcomp.datapath import ModelLike, TaskLike, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
-from tfmatcomp.interventions import WeightTransplant, to_json
-from tfmatcomp.validation import renamed_argument
+from tfmatcomp.experiments.table import experiment_table, loss_row
+from tfmatcomp.interventions import WeightTransplant
 
 __all__ = ["weight_transplant"]
 
@@ -39,7 +39,6 @@ def weight_transplant(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
-    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Losses of each model with the other's ``params`` transplanted, both directions.
 
@@ -61,7 +60,6 @@ def weight_transplant(
         numbers; the baselines are their unablated losses), ``intervention`` (JSON of the
         transplant, None for the baselines).
     """
-    batch_size = renamed_argument("weight_transplant", "chunk_size", chunk_size, "batch_size", batch_size)
     first, second = (str(x) for x in labels)
     if first == second:
         raise ValueError(f"labels: must differ, got {labels!r}")
@@ -73,9 +71,7 @@ def weight_transplant(
     for label in (first, second):
         ref = PAPER_ABLATION_ALL[label]["baseline"] if paper_labels else {}
         rows.append({"recipient": label, "donor": "none", "params": "none",
-                     **loss_values(predict(named[label], batch, None, batch_size), batch),
-                     "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan")), "intervention": None})
+                     **loss_row(named[label], batch, None, batch_size, ref)})
     given = {first: pre, second: post}
     for recipient, donor in ((first, second), (second, first)):
         # a path is passed on, so that the record names the checkpoint instead of its weights
@@ -83,10 +79,5 @@ def weight_transplant(
                               else named[donor], params=params)
         ref = PAPER_TRANSPLANT.get((recipient, donor), {}) if (params == "qkv" and paper_labels) else {}
         rows.append({"recipient": recipient, "donor": donor, "params": what,
-                     **loss_values(predict(named[recipient], batch, iv, batch_size), batch),
-                     "paper_4l8h_L_obs": ref.get("L_obs", float("nan")),
-                     "paper_4l8h_L_mask": ref.get("L_mask", float("nan")),
-                     "intervention": to_json(iv)})
-    df = pd.DataFrame(rows)
-    df.attrs.update(experiment="weight transplant", n_samples=n_samples, seed=seed)
-    return df
+                     **loss_row(named[recipient], batch, iv, batch_size, ref)})
+    return experiment_table(rows, experiment="weight transplant", n_samples=n_samples, seed=seed)

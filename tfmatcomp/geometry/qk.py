@@ -42,11 +42,12 @@ from torch import Tensor
 
 from tfmatcomp.datapath import run_chunked
 from tfmatcomp.decomposition import Decomposition
+from tfmatcomp.models.components.attention import padding_mask
 from tfmatcomp.models.hook_names import block_hook_name
 from tfmatcomp.validation import check_int_in_range, check_non_negative
 
 __all__ = ["QKComponents", "qk_components", "qk_decomposition", "RotatedWQK", "rotated_wqk",
-           "rotated_wqk_head", "COMPONENTS"]
+           "rotated_wqk_head", "COMPONENTS", "full_pos"]
 
 COMPONENTS = ("pos_pos", "pos_cvec", "cvec_pos", "cvec_cvec")
 Side = Literal["pos", "cvec"]
@@ -157,8 +158,18 @@ def qk_components(
                         heads=tuple(range(W_Q.shape[0])))
 
 
-def _full_pos(decomposition: Decomposition, T: int) -> Tensor:
-    """``pos`` for absolute positions ``0..T-1`` (positions outside the decomposition get 0)."""
+def full_pos(decomposition: Decomposition, T: int) -> Float[Tensor, "T d_model"]:
+    """``pos_t`` for absolute positions ``t = 0..T-1``: the decomposition's ``pos`` placed from its
+    ``start`` (the positions it dropped, or beyond its length, get 0).
+
+    Example:
+        >>> import torch
+        >>> from tfmatcomp.decomposition import decompose
+        >>> d = decompose(torch.randn(4, 3, 2, generator=torch.Generator().manual_seed(0)), drop_first=1)
+        >>> p = full_pos(d, 4)
+        >>> p.shape, p[0].tolist(), p[3].tolist(), bool(torch.equal(p[1:3], d.pos))
+        (torch.Size([4, 2]), [0.0, 0.0], [0.0, 0.0], True)
+    """
     pos = decomposition.pos
     out = pos.new_zeros(T, pos.shape[1])
     start = decomposition.start
@@ -216,7 +227,7 @@ def qk_decomposition(
                            return_predictions=False, attention_mask=attention_mask)
     x = cache[names[0]].to(torch.float64)
     T = x.shape[1]
-    pos = _full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
+    pos = full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
     mu = decomposition.mu.to(device=x.device, dtype=torch.float64)
     x_pos = (pos + mu if mean_side == "pos" else pos).expand_as(x)
     x_cvec = x - x_pos
@@ -227,7 +238,7 @@ def qk_decomposition(
     additive = None
     if attention_mask is not None:
         dtype = attn.W_Q.dtype
-        additive = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+        additive = padding_mask(attention_mask, dtype)
     return QKComponents(pos_pos=comps.pos_pos, pos_cvec=comps.pos_cvec, cvec_pos=comps.cvec_pos,
                         cvec_cvec=comps.cvec_cvec, scores=cache[names[1]][:, idx],
                         pattern=cache[names[2]][:, idx], additive_mask=additive,

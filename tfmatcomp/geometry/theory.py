@@ -42,7 +42,7 @@ from tfmatcomp.validation import check_int_in_range, check_positive_int
 
 __all__ = ["extended_gram", "finite_difference", "smoothness", "low_frequency_basis",
            "low_frequency_error", "theorem1_table", "positional_projection",
-           "kernel_factorization_error"]
+           "kernel_factorization_error", "matched_inputs", "factorization_errors"]
 
 
 def _pos(pos: Tensor) -> Tensor:
@@ -170,21 +170,42 @@ def kernel_factorization_error(
         >>> kernel_factorization_error(t, c, torch.randn(4, 4, generator=g, dtype=torch.float64), Pi)["error_max"] < 1e-12
         True
     """
-    x, u = _matched_inputs(x_pos, x_cvec, projection)
-    return _factorization_errors(x, u, [W])[0]
+    x, u = matched_inputs(x_pos, x_cvec, projection)
+    return factorization_errors(x, u, [W])[0]
 
 
-def _matched_inputs(x_pos: Tensor, x_cvec: Tensor, projection: Tensor) -> tuple[Tensor, Tensor]:
-    """``x = t + c`` and ``u = c Pi_ctx + t Pi_pos`` in float64 (shared by every head of a layer)."""
+def matched_inputs(x_pos: Float[Tensor, "n d"], x_cvec: Float[Tensor, "n d"],
+                   projection: Float[Tensor, "d d"]) -> tuple[Float[Tensor, "n d"], Float[Tensor, "n d"]]:
+    """Theorem 2's inputs, in float64: ``x = t + c`` and ``u = c Pi_ctx + t Pi_pos``, with
+    ``t = x_pos``, ``c = x_cvec``, ``Pi_pos = projection`` and ``Pi_ctx = I - Pi_pos``.
+
+    Computed once per layer and shared by every head (:func:`factorization_errors`).
+
+    Example:
+        >>> import torch
+        >>> Pi = torch.diag(torch.tensor([1.0, 0.0]))
+        >>> x, u = matched_inputs(torch.tensor([[1.0, 2.0]]), torch.tensor([[3.0, 4.0]]), Pi)
+        >>> x.tolist(), u.tolist()
+        ([[4.0, 6.0]], [[1.0, 4.0]])
+    """
     f64 = torch.float64
     t, c, Pp = (v.detach().to(f64) for v in (x_pos, x_cvec, projection))
     return t + c, c + (t - c) @ Pp  # c (I - Pp) + t Pp
 
 
-def _factorization_errors(x: Float[Tensor, "n d"], u: Float[Tensor, "n d"],
+def factorization_errors(x: Float[Tensor, "n d"], u: Float[Tensor, "n d"],
                          forms: list[Tensor | tuple[Tensor, Tensor]]) -> list[dict[str, float]]:
     """:func:`kernel_factorization_error` for several forms ``W`` (e.g. every head of a layer) on
-    the same inputs ``x = t + c`` and ``u = c Pi_ctx + t Pi_pos`` (see ``_matched_inputs``)."""
+    the same inputs ``x = t + c`` and ``u = c Pi_ctx + t Pi_pos`` (from :func:`matched_inputs`).
+
+    Each form is a ``d x d`` tensor or a pair ``(A, B)`` with ``W = A B^T``; one dict per form.
+
+    Example:
+        >>> import torch
+        >>> x = torch.eye(2, dtype=torch.float64)
+        >>> [e["error_max"] for e in factorization_errors(x, x, [torch.eye(2), (torch.eye(2), torch.eye(2))])]
+        [0.0, 0.0]
+    """
     out = []
     for W in forms:
         A, B = (W, None) if torch.is_tensor(W) else W

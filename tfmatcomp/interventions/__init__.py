@@ -39,13 +39,13 @@ from tfmatcomp.interventions.permutation import PositionalPermutation
 from tfmatcomp.interventions.serialize import KINDS, from_dict, to_json
 from tfmatcomp.interventions.sites import paper_heads, paper_label, resolve_heads, resolve_hook_names
 from tfmatcomp.interventions.tokens import MaskSubstitution
-from tfmatcomp.interventions.transplant import TRANSPLANT_GROUPS, DonorMismatchError, WeightTransplant
+from tfmatcomp.interventions.transplant import DonorMismatchError, WeightTransplant
 from tfmatcomp.interventions.weights import parameter_override_hooks
 
 __all__ = [
     "Intervention", "Composition", "compose", "HookFn", "STAGES", "order_hooks",
     "UniformAttentionAblation", "MeanAttentionAblation", "ActivationAblation",
-    "WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS",
+    "WeightTransplant", "DonorMismatchError",
     "PositionalPermutation", "ActivationPatch", "negation_patch", "MaskSubstitution",
     "parameter_override_hooks", "paper_heads", "paper_label", "resolve_heads",
     "resolve_hook_names", "SampledBatch", "KINDS", "from_dict", "to_json",

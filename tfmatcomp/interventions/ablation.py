@@ -39,6 +39,7 @@ from tfmatcomp.interventions.serialize import (positions_from_data, positions_to
                                                tensor_from_data, tensor_to_data)
 from tfmatcomp.interventions.sites import (HeadSpec, PositionSpec, check_head_spec, check_hook_list, check_positions,
                                            describe_site, paper_label, resolve_heads, resolve_hook_names, site_mask)
+from tfmatcomp.models.components.attention import future_mask
 from tfmatcomp.validation import check_choice, check_int_list
 
 __all__ = ["UniformAttentionAblation", "MeanAttentionAblation", "ActivationAblation"]
@@ -134,8 +135,7 @@ class UniformAttentionAblation(_PatternAblation):
             out[:, heads] = 1.0 / pattern.shape[-1]
             return out
         # a causal model: each query attends equally to the keys it may see (1 / (query + 1))
-        n_q, n_k = pattern.shape[-2:]
-        allowed = torch.ones(n_q, n_k, dtype=torch.bool, device=pattern.device).tril(n_k - n_q)
+        allowed = ~future_mask(*pattern.shape[-2:], device=pattern.device)
         out[:, heads] = (allowed / allowed.sum(-1, keepdim=True)).to(pattern.dtype)
         return out
 

@@ -58,16 +58,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:  # pragma: no cover
-    from tfmatcomp.interventions.base import Intervention
-
-__all__ = ["KINDS", "register_kind", "from_dict", "to_json", "check_fields", "tensor_to_data",
+__all__ = ["Serializable", "KINDS", "register_kind", "from_dict", "to_json", "check_fields", "tensor_to_data",
            "tensor_from_data", "positions_to_data", "positions_from_data"]
+
+class Serializable(Protocol):
+    """What this module needs of an intervention: a ``kind`` tag and ``to_dict()``.
+
+    :class:`~tfmatcomp.interventions.base.Intervention` has both; this module names the protocol
+    instead of importing that class, so that ``base`` (which registers every class here) and this
+    module do not import each other.
+    """
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 
 #: kind -> intervention class; filled by every class that sets ``kind`` (``Intervention.__init_subclass__``).
 KINDS: dict[str, type] = {}
@@ -112,7 +122,7 @@ def check_fields(data: Any, where: str, required: tuple[str, ...] = (),
 MAX_DEPTH = 100
 
 
-def from_dict(data: Mapping[str, Any], where: str = "intervention") -> "Intervention":
+def from_dict(data: Mapping[str, Any], where: str = "intervention") -> Serializable:
     """The intervention that ``data`` (from ``to_dict()``, possibly through JSON) describes.
 
     Raises:
@@ -136,7 +146,7 @@ def from_dict(data: Mapping[str, Any], where: str = "intervention") -> "Interven
     return cls._from_data(fields, where)
 
 
-def to_json(intervention: "Intervention | None") -> str | None:
+def to_json(intervention: Serializable | None) -> str | None:
     """``json.dumps(intervention.to_dict())``, or None for None (no intervention).
 
     Example:

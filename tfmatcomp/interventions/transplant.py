@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 import torch
 from torch import Tensor
@@ -41,15 +41,13 @@ from tfmatcomp.models.hook_names import check_layers
 from tfmatcomp.models.param_groups import GROUPS, group_predicate
 from tfmatcomp.validation import check_bool, check_int_list
 
-__all__ = ["WeightTransplant", "DonorMismatchError", "TRANSPLANT_GROUPS"]
+__all__ = ["WeightTransplant", "DonorMismatchError"]
 
 
 class DonorMismatchError(ValueError):
     """The donor's config or parameter shapes differ from the recipient's."""
 
 
-#: The shared parameter groups (a view of :data:`tfmatcomp.models.param_groups.GROUPS`, aliases included).
-TRANSPLANT_GROUPS: Mapping[str, Callable[[str], bool]] = GROUPS
 
 
 class WeightTransplant(Intervention):

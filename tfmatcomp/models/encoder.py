@@ -29,11 +29,12 @@ from torch import Tensor, nn
 from tfmatcomp.models.components.hook_point import HookPoint
 
 from tfmatcomp.models.components import BertBlock, BertEmbed, Readout
+from tfmatcomp.models.components.attention import padding_mask
 from tfmatcomp.models.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.hooked_base import HookedBase, UnknownHookError
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_choice
 
@@ -170,7 +171,7 @@ class HookedEncoder(HookedBase):
                                  "boolean")
         if return_type == "loss":
             predictions = self._run(tokens, token_type_ids, attention_mask, "predictions")
-            return masked_mse(predictions, values.to(predictions.dtype))
+            return mse(predictions, values.to(predictions.dtype))
         return self._run(tokens, token_type_ids, attention_mask, return_type)
 
     def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):
@@ -182,7 +183,7 @@ class HookedEncoder(HookedBase):
                 raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got "
                                  f"{tuple(attention_mask.shape)}")
             dtype = self.embed.W_E.dtype
-            additive_mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+            additive_mask = padding_mask(attention_mask, dtype)
         x = self.hook_full_embed(self.embed(tokens, token_type_ids))
         for block in self.blocks:
             x = block(x, additive_mask)

@@ -25,7 +25,7 @@ from tfmatcomp.report.run import load_context
 from tfmatcomp.report.sections import SECTIONS, Section
 from tfmatcomp.validation import check_device, check_seed, is_int, writable_output
 
-__all__ = ["Report", "build_report"]
+__all__ = ["Report", "build_report", "compute_sections"]
 
 
 @dataclass
@@ -86,14 +86,32 @@ def build_report(
         t0 = time.perf_counter()
         ctx = load_context(run, pre_step=pre_step, post_step=post_step, n_samples=n_samples,
                            seed=seed, device=device)
-        done = _compute(ctx, keys, progress)
+        done = compute_sections(ctx, keys, progress)
         out.write_text(render(ctx, done, time.perf_counter() - t0), encoding="utf-8")
     return Report(path=out, sections=done)
 
 
-def _compute(ctx, keys: list[str], progress: bool, table=SECTIONS) -> list[Section]:
-    """Run every section in ``keys`` of ``table`` (key -> (title, fn)); a failed section records
-    its traceback, the others go on."""
+def compute_sections(ctx, keys: list[str], progress: bool = False, table=SECTIONS) -> list[Section]:
+    """Run the sections ``keys`` of ``table`` in order on ``ctx``, under ``torch.no_grad()``.
+
+    Args:
+        ctx: what every section function reads (a :class:`~tfmatcomp.report.run.RunContext` for
+            :data:`~tfmatcomp.report.sections.SECTIONS`; the geometry report passes its own context
+            and table).
+        keys: keys of ``table``, in the order to compute them.
+        progress: show a progress bar.
+        table: ``{key: (title, fn)}``; ``fn(ctx, section)`` fills the :class:`Section`.
+
+    Returns:
+        One :class:`Section` per key, with its run time. A section whose function raised keeps the
+        traceback in ``section.error`` (also printed to stderr) and the others are still computed.
+
+    Example:
+        >>> table = {"a": ("A", lambda ctx, s: s.items.append(ctx)), "b": ("B", lambda ctx, s: 1 / 0)}
+        >>> done = compute_sections(7, ["a", "b"], table=table)
+        >>> [(s.title, s.items, s.error is None) for s in done]
+        [('A', [7], True), ('B', [], False)]
+    """
     done: list[Section] = []
     bar = tqdm(keys, desc="report", disable=not progress, dynamic_ncols=True)
     for key in bar:

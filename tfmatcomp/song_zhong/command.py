@@ -35,7 +35,7 @@ from tfmatcomp.song_zhong.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
-from tfmatcomp.geometry.theory import (_factorization_errors, _matched_inputs, positional_projection,
+from tfmatcomp.geometry.theory import (factorization_errors, matched_inputs, positional_projection,
                                        theorem1_table)
 from tfmatcomp.report.sections import Section
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
@@ -197,10 +197,10 @@ def _theory(g: GeometryContext, s: Section) -> None:
         c = res.cvec[:n_ctx].reshape(-1, res.d_model)
         rank = g.summary["rank_estimate"].iloc[l]  # ScreeNOT rank of pos at h^(l)
         K = max(1, min(int(rank) if rank == rank and rank > 0 else 20, *res.pos.shape))
-        x, u = _matched_inputs(t, c, positional_projection(res.pos, K))
+        x, u = matched_inputs(t, c, positional_projection(res.pos, K))
         W_Q, W_K, _, _ = g.model.qk_weights(l)  # W = (W_Q / sqrt(d_head)) W_K^T, kept factored
-        errs = _factorization_errors(x, u, [(W_Q[h] / math.sqrt(W_Q.shape[-1]), W_K[h])
-                                            for h in range(g.model.n_heads)])
+        errs = factorization_errors(x, u, [(W_Q[h] / math.sqrt(W_Q.shape[-1]), W_K[h])
+                                           for h in range(g.model.n_heads)])
         rows.append({"layer": l, "K": K, "relative": sum(e["relative"] for e in errs) / len(errs),
                      "error_mean": sum(e["error_mean"] for e in errs) / len(errs),
                      "incoherence_max": incoherence(res.pos, g.attention_inputs[key].ctx).max})
@@ -270,7 +270,6 @@ def run_geometry(
     text: str | os.PathLike | Sequence[Document],
     out: str | os.PathLike = "geometry.html",
     *,
-    adapter: str = "auto",
     n_contexts: int = 256,
     n_positions: int = 128,
     n_second: int = 32,
@@ -292,9 +291,6 @@ def run_geometry(
             writes it).
         text: a text file (documents separated by blank lines), a directory (one document per
             file), or a list of :class:`~tfmatcomp.song_zhong.corpus.Document` objects.
-        adapter: how a GPT-2 directory is read (:data:`~tfmatcomp.song_zhong.models.ADAPTERS`):
-            ``"hooks"`` (``"auto"``: transformers' module with forward hooks) or ``"hooked"``
-            (converted to a :class:`~tfmatcomp.HookedDecoder`).
         out: the HTML file to write.
         n_contexts: ``C``, contexts of the first pass (fewer if the text is short).
         n_positions: ``T``, tokens per context (at most the model's maximum).
@@ -327,7 +323,7 @@ def run_geometry(
     unknown = [k for k in keys if k not in SECTIONS]
     if unknown:
         raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")
-    gm, tokenizer = load_geometry_model(model_dir, device, adapter=adapter)
+    gm, tokenizer = load_geometry_model(model_dir, device)
     max_pos = _max_positions(gm)
     if max_pos is not None and n_positions > max_pos:
         raise ValueError(f"n_positions: the model takes at most {max_pos} positions, got {n_positions}")
@@ -361,10 +357,10 @@ def run_geometry(
                             head=head, model_dir=str(model_dir), text=text_label,
                             drop_first=drop_first, seed=seed,
                             summary=summary_table(list(stream.values()), contexts.labels))
-        from tfmatcomp.report.build import _compute
+        from tfmatcomp.report.build import compute_sections
         from tfmatcomp.report.render import page
 
-        done = _compute(g, keys, progress, SECTIONS)
+        done = compute_sections(g, keys, progress, SECTIONS)
         n_params = sum(p.numel() for p in gm.module.parameters())
         header = (f"<p class='meta'>model <code>{model_dir}</code> ({gm.family}, {gm.n_layers} layers "
                   f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text_label}</code>: "

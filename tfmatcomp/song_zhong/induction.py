@@ -195,7 +195,10 @@ def induction_study(
     for layer in sorted(attention_inputs):
         qk = model.qk(tokens, layer, attention_inputs[layer])
         comps[layer] = qk
-        pattern = qk.pattern if qk.pattern is not None else qk.total().softmax(-1)
+        pattern = qk.pattern  # the model's own hook_pattern
+        if pattern is None:
+            raise ValueError(f"model: {type(model).__name__}.qk gave no attention pattern (a "
+                             "GeometryModel's qk returns the model's hook_pattern)")
         scores = induction_scores(pattern, n_tokens, start=start, window=window)
         queries = torch.arange(start + n_tokens, tokens.shape[1], device=qk.pos_pos.device)
         spread = _spread(qk, model.causal, queries)

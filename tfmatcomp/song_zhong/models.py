@@ -1,24 +1,17 @@
 """Models seen the way Song & Zhong measures them: residual stream, attention input, QK.
 
 :func:`load_geometry_model` reads a local model (nothing downloads) and returns a
-:class:`GeometryModel`, one small adapter per kind:
+:class:`GeometryModel`, one per architecture; each is a tfmatcomp hooked model, so the geometry is
+read at TransformerLens's hook names and computed by the models' own components:
 
 * **BERT family** (a transformers directory, ``model_type == "bert"``): converted to a
   :class:`~tfmatcomp.HookedEncoder` (:func:`tfmatcomp.models.conversion.bert.from_hf`); the residual stream is
   ``blocks.{l}.hook_resid_pre`` plus the last block's output. BERT is post-LN, so block ``l``'s
   attention reads ``h^(l)`` itself and the QK split is taken there
   (:func:`~tfmatcomp.geometry.qk_decomposition`). Bidirectional.
-* **GPT-2 family** (a transformers directory, ``model_type == "gpt2"``), two adapters that measure
-  the same thing:
-
-  - ``adapter="hooks"`` (the default): transformers' ``GPT2Model`` with plain forward hooks
-    (:class:`GPT2Geometry`). The residual stream is transformers' ``hidden_states`` (the embedding
-    dropout's output, each block's output, and ``ln_f``'s output for the last). GPT-2 is pre-LN:
-    block ``l``'s attention reads ``ln_1(h^(l))``, not ``h^(l)``, so the QK split is taken at the
-    output of ``h[l].ln_1`` (normalized, scale and shift applied). Causal.
-  - ``adapter="hooked"``: converted to a :class:`~tfmatcomp.HookedDecoder`
-    (:meth:`~tfmatcomp.HookedDecoder.from_hf`) and read as a :class:`DecoderGeometry`.
-
+* **GPT-2 family** (a transformers directory, ``model_type == "gpt2"``): converted to a
+  :class:`~tfmatcomp.HookedDecoder` (:meth:`~tfmatcomp.HookedDecoder.from_hf`) and read as a
+  :class:`DecoderGeometry` labelled ``"gpt2"``. Causal.
 * **A tfmatcomp HookedDecoder checkpoint** (a checkpoint directory, its ``model.safetensors``, or a
   run directory, as :func:`~tfmatcomp.save_checkpoint` and the trainers write them): a
   :class:`DecoderGeometry`. Its tokenizer comes from the checkpoint's metadata (a
@@ -26,16 +19,11 @@
 
 :class:`DecoderGeometry` reads a pre-LN decoder as the paper did: the stream is
 ``blocks.{l}.hook_resid_pre`` for ``l < L`` and the output of ``ln_final`` for ``L`` (transformers'
-``hidden_states``, so both GPT-2 adapters give the same table), and the QK split is taken at the
+``hidden_states``), and the QK split is taken at the
 output of ``blocks.{l}.ln1`` (the LayerNorm-normalized attention input, scale and shift applied;
 TransformerLens's ``blocks.{l}.ln1.hook_normalized`` is the value *before* the scale and shift).
 
 Example:
-    >>> import torch
-    >>> from transformers import GPT2Config, GPT2Model
-    >>> gm = GPT2Geometry(GPT2Model(GPT2Config(n_layer=2, n_head=2, n_embd=8, vocab_size=20, n_positions=16)))
-    >>> gm.stream_keys, gm.attention_input_keys
-    (['hidden_states.0', 'hidden_states.1', 'hidden_states.2'], ['blocks.0.ln_1', 'blocks.1.ln_1'])
     >>> import tfmatcomp as tm
     >>> dm = DecoderGeometry(tm.HookedDecoder(tm.DecoderConfig(n_layers=2, n_heads=2, d_model=8,
     ...                                                        d_mlp=16, n_ctx=16, d_vocab=20)))
@@ -51,20 +39,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor, nn
 
 from tfmatcomp.decomposition import Decomposition, DecompositionAccumulator, accumulate
-from tfmatcomp.geometry.qk import QKComponents, _full_pos, qk_components, qk_decomposition
+from tfmatcomp.geometry.qk import QKComponents, full_pos, qk_components, qk_decomposition
+from tfmatcomp.models.components.attention import future_mask
 from tfmatcomp.validation import check_int_in_range
 
-__all__ = ["GeometryModel", "EncoderGeometry", "GPT2Geometry", "DecoderGeometry", "ADAPTERS",
-           "load_geometry_model"]
-
-#: How a GPT-2 directory is read: ``"auto"`` (= ``"hooks"`` for GPT-2, the only way for the rest),
-#: ``"hooks"`` (transformers' module with forward hooks) or ``"hooked"`` (converted to a
-#: :class:`~tfmatcomp.HookedDecoder`).
-ADAPTERS = ("auto", "hooks", "hooked")
+__all__ = ["GeometryModel", "EncoderGeometry", "DecoderGeometry", "load_geometry_model"]
 
 
 class GeometryModel:
@@ -158,118 +141,7 @@ class EncoderGeometry(_HookedWeights, GeometryModel):
         return qk_decomposition(self.module, tokens.to(self.module.device), layer, decomposition)
 
 
-def _causal_additive(T: int, device) -> Tensor:
-    upper = torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
-    return torch.zeros(T, T, dtype=torch.float64, device=device).masked_fill(
-        upper, torch.finfo(torch.float32).min)[None, None]
-
-
-def _causal_split(x: Float[Tensor, "batch pos d_model"], decomposition: Decomposition,
-                  weights: tuple[Tensor, Tensor, Tensor, Tensor],
-                  scores: Float[Tensor, "batch head query key"], layer: int) -> QKComponents:
-    """The four components of a causal head from its attention input ``x`` (the LayerNorm's
-    output of a pre-LN block): ``x_pos = mu + pos_t`` from ``decomposition``, biases with pos."""
-    x = x.to(torch.float64)
-    T = x.shape[1]
-    pos = _full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
-    x_pos = (pos + decomposition.mu.to(x.device, torch.float64)).expand_as(x)
-    comps = qk_components(x_pos, x - x_pos, *weights)
-    causal = _causal_additive(T, x.device)
-    scores = scores.to(torch.float64)
-    return QKComponents(pos_pos=comps.pos_pos, pos_cvec=comps.pos_cvec, cvec_pos=comps.cvec_pos,
-                        cvec_cvec=comps.cvec_cvec, scores=scores, pattern=scores.softmax(-1),
-                        additive_mask=causal, heads=tuple(range(scores.shape[1])), layer=layer)
-
-
-class _ForwardHookGeometry(GeometryModel):
-    """A model streamed through plain forward hooks on the modules of :meth:`_modules`."""
-
-    causal = True
-
-    def _runner(self) -> nn.Module:
-        return self.module
-
-    def _modules(self) -> dict[str, nn.Module]:
-        raise NotImplementedError
-
-    def accumulate(self, batches, *, drop_first, progress, total):
-        return accumulate(self._runner(), batches, modules=self._modules(), drop_first=drop_first,
-                          progress=progress, total=total)
-
-    def residuals(self, acc, tokens):
-        from tfmatcomp.decomposition import residual_pass
-
-        return residual_pass(self._runner(), acc, tokens, modules=self._modules())
-
-
-class GPT2Geometry(_ForwardHookGeometry):
-    """A transformers ``GPT2Model`` (or ``GPT2LMHeadModel``), read through plain forward hooks."""
-
-    family = "gpt2"
-    site = ("GPT-2 is pre-LN: block l's attention reads ln_1(h^(l)), so the QK split is taken at "
-            "the output of h[l].ln_1 (normalized, scale and shift applied), decomposed over the same "
-            "contexts; W_Q, W_K are c_attn's query and key columns.")
-
-    def __init__(self, model: nn.Module):
-        self.module = model
-        self.gpt = getattr(model, "transformer", model)
-        if not hasattr(self.gpt, "h") or not hasattr(self.gpt, "ln_f"):
-            raise ValueError(f"model: {type(model).__name__} is not a GPT-2 (no .h / .ln_f)")
-        L = len(self.gpt.h)
-        self.stream_keys = [f"hidden_states.{i}" for i in range(L + 1)]
-        self.attention_input_keys = [f"blocks.{l}.ln_1" for l in range(L)]
-
-    @property
-    def n_heads(self) -> int:
-        return self.gpt.config.n_head
-
-    def _runner(self) -> nn.Module:
-        return self.gpt
-
-    def _modules(self) -> dict[str, nn.Module]:
-        g = self.gpt
-        L = len(g.h)
-        mods = {"hidden_states.0": g.drop}
-        mods.update({f"hidden_states.{i + 1}": g.h[i] for i in range(L - 1)})
-        mods[f"hidden_states.{L}"] = g.ln_f  # transformers' last hidden state is after ln_f
-        mods.update({f"blocks.{l}.ln_1": g.h[l].ln_1 for l in range(L)})
-        return mods
-
-    def qk_weights(self, layer):
-        check_int_in_range("layer", layer, 0, self.n_layers - 1)
-        c = self.gpt.h[layer].attn.c_attn  # Conv1D: y = x W + b, W [d, 3d]
-        d, H = self.gpt.config.n_embd, self.n_heads
-        dh = d // H
-
-        def heads(w):  # [d, d] -> [head, d, d_head]
-            return w.reshape(w.shape[0], H, dh).permute(1, 0, 2)
-
-        W, b = c.weight, c.bias
-        return heads(W[:, :d]), heads(W[:, d:2 * d]), b[:d].reshape(H, dh), b[d:2 * d].reshape(H, dh)
-
-    def qk(self, tokens, layer, decomposition):
-        check_int_in_range("layer", layer, 0, self.n_layers - 1)
-        block = self.gpt.h[layer]
-        seen: dict[str, Tensor] = {}
-        hooks = [block.ln_1.register_forward_hook(lambda m, a, o: seen.__setitem__("x", o)),
-                 block.attn.c_attn.register_forward_hook(lambda m, a, o: seen.__setitem__("qkv", o))]
-        device = next(self.gpt.parameters()).device
-        try:
-            with torch.no_grad():
-                self.gpt(tokens.to(device))
-        finally:
-            for h in hooks:
-                h.remove()
-        d, H = self.gpt.config.n_embd, self.n_heads
-        q, k = seen["qkv"].to(torch.float64)[..., :2 * d].split(d, dim=-1)
-        q = q.reshape(*q.shape[:2], H, d // H).transpose(1, 2)
-        k = k.reshape(*k.shape[:2], H, d // H).transpose(1, 2)
-        T = q.shape[2]
-        scores = q @ k.transpose(-1, -2) * (d // H) ** -0.5 + _causal_additive(T, q.device)
-        return _causal_split(seen["x"], decomposition, self.qk_weights(layer), scores, layer)
-
-
-class DecoderGeometry(_HookedWeights, _ForwardHookGeometry):
+class DecoderGeometry(_HookedWeights, GeometryModel):
     """A :class:`~tfmatcomp.HookedDecoder` (pre-LN, causal): a tfmatcomp checkpoint, or a GPT-2
     converted with :meth:`~tfmatcomp.HookedDecoder.from_hf`.
 
@@ -291,11 +163,11 @@ class DecoderGeometry(_HookedWeights, _ForwardHookGeometry):
         >>> tokens = torch.randint(0, 20, (8, 12), generator=torch.Generator().manual_seed(0))
         >>> acc = gm.accumulate([tokens], drop_first=1, progress=False, total=1)
         >>> qk = gm.qk(tokens[:2], 1, acc.result("blocks.1.ln1"))
-        >>> causal = torch.ones(12, 12, dtype=torch.bool).tril()
-        >>> bool(torch.allclose(qk.total()[..., causal], qk.scores[..., causal], atol=1e-5))
+        >>> bool(torch.allclose(qk.total(), qk.scores, atol=1e-5))
         True
     """
 
+    causal = True
     site = ("The decoder is pre-LN: block l's attention reads ln1(h^(l)), so the QK split is taken "
             "at the output of blocks.l.ln1 (normalized, scale and shift applied; TransformerLens's "
             "blocks.l.ln1.hook_normalized is the value before them), decomposed over the same "
@@ -320,19 +192,43 @@ class DecoderGeometry(_HookedWeights, _ForwardHookGeometry):
         mods.update({f"blocks.{l}.ln1": b.ln1 for l, b in enumerate(m.blocks)})
         return mods
 
+    def accumulate(self, batches, *, drop_first, progress, total):
+        return accumulate(self.module, batches, modules=self._modules(), drop_first=drop_first,
+                          progress=progress, total=total)
+
+    def residuals(self, acc, tokens):
+        from tfmatcomp.decomposition import residual_pass
+
+        return residual_pass(self.module, acc, tokens, modules=self._modules())
+
     def qk(self, tokens, layer, decomposition):
+        """The four components of every head of block ``layer`` from its attention input ``x =
+        ln1(h^(l))``, with ``x_pos = mu + pos_t`` from ``decomposition`` and the biases with pos;
+        ``scores`` and ``pattern`` are the model's own, and the causal mask (a large negative
+        number above the diagonal, :func:`~tfmatcomp.models.components.attention.future_mask`) is
+        the ``additive_mask`` so that ``total()`` equals ``scores``."""
         from tfmatcomp.datapath import run_chunked
 
         check_int_in_range("layer", layer, 0, self.n_layers - 1)
-        names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_attn_scores"]
+        names = [f"blocks.{layer}.hook_resid_pre", f"blocks.{layer}.attn.hook_attn_scores",
+                 f"blocks.{layer}.attn.hook_pattern"]
         tokens = tokens.to(self.module.device)
         _, cache = run_chunked(self.module, tokens, batch_size=max(1, tokens.shape[0]), names=names,
                                return_predictions=False)
         with torch.no_grad():  # the block's own LayerNorm: the attention input W_Q and W_K read
-            x = self.module.blocks[layer].ln1(cache[names[0]])
-        scores = cache[names[1]].to(torch.float64)  # -inf above the diagonal
-        scores = scores.masked_fill(torch.isinf(scores), torch.finfo(torch.float32).min)
-        return _causal_split(x, decomposition, self.qk_weights(layer), scores, layer)
+            x = self.module.blocks[layer].ln1(cache[names[0]]).to(torch.float64)
+        T = x.shape[1]
+        future = future_mask(T, device=x.device)
+        masked = torch.finfo(torch.float32).min
+        additive = torch.zeros(T, T, dtype=torch.float64, device=x.device).masked_fill(future, masked)
+        scores = cache[names[1]].to(torch.float64).masked_fill(future, masked)  # was -inf there
+        pos = full_pos(decomposition, T).to(device=x.device, dtype=torch.float64)
+        x_pos = (pos + decomposition.mu.to(x.device, torch.float64)).expand_as(x)
+        comps = qk_components(x_pos, x - x_pos, *self.qk_weights(layer))
+        return QKComponents(pos_pos=comps.pos_pos, pos_cvec=comps.pos_cvec, cvec_pos=comps.cvec_pos,
+                            cvec_cvec=comps.cvec_cvec, scores=scores,
+                            pattern=cache[names[2]].to(torch.float64), additive_mask=additive[None, None],
+                            heads=tuple(range(scores.shape[1])), layer=layer)
 
 
 def _is_tfmatcomp_checkpoint(p: Path) -> bool:
@@ -352,14 +248,11 @@ def _is_tfmatcomp_checkpoint(p: Path) -> bool:
         return False
 
 
-def _load_checkpoint_model(p: Path, adapter: str) -> tuple[GeometryModel, Any]:
+def _load_checkpoint_model(p: Path) -> tuple[GeometryModel, Any]:
     from tfmatcomp.runs.checkpoint import load_checkpoint_info
     from tfmatcomp.models.decoder import HookedDecoder
     from tfmatcomp.song_zhong.lm import tokenizer_from_metadata
 
-    if adapter == "hooks":
-        raise ValueError("adapter: a tfmatcomp checkpoint is read as a HookedDecoder; use 'auto' "
-                         "or 'hooked' ('hooks' is for transformers GPT-2 directories)")
     model, info = load_checkpoint_info(p)
     if not isinstance(model, HookedDecoder):
         raise ValueError(f"model_dir: {str(p)!r} holds a HookedEncoder checkpoint (a matrix-completion "
@@ -385,8 +278,8 @@ def _from_pretrained(cls, path: Path, **kwargs):
                          "directory with model.safetensors") from None
 
 
-def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device | None = None,
-                        adapter: str = "auto") -> tuple[GeometryModel, Any]:
+def load_geometry_model(model_dir: str | os.PathLike,
+                        device: str | torch.device | None = None) -> tuple[GeometryModel, Any]:
     """``(GeometryModel, tokenizer)`` from a local model (nothing downloads).
 
     Args:
@@ -394,10 +287,9 @@ def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device
             tokenizer), or a tfmatcomp HookedDecoder checkpoint (directory, ``model.safetensors``
             or run directory; its tokenizer is read from the checkpoint's metadata).
         device: where to put the model.
-        adapter: one of :data:`ADAPTERS`; for GPT-2, ``"hooks"`` (also ``"auto"``) reads
-            transformers' module through forward hooks and ``"hooked"`` converts it to a
-            :class:`~tfmatcomp.HookedDecoder`. BERT is always converted to a
-            :class:`~tfmatcomp.HookedEncoder` (``"hooks"`` is refused for it).
+
+    BERT is converted to a :class:`~tfmatcomp.HookedEncoder` (:class:`EncoderGeometry`), GPT-2
+    to a :class:`~tfmatcomp.HookedDecoder` (:class:`DecoderGeometry`).
 
     Example:
         >>> load_geometry_model("no/such/dir")
@@ -405,12 +297,9 @@ def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device
         ...
         ValueError: model_dir: 'no/such/dir' has no config.json (a local transformers model directory or a tfmatcomp checkpoint is expected; nothing is downloaded)
     """
-    from tfmatcomp.validation import check_choice
-
-    check_choice("adapter", adapter, ADAPTERS)
     p = Path(model_dir)
     if _is_tfmatcomp_checkpoint(p):
-        gm, tokenizer = _load_checkpoint_model(p, adapter)
+        gm, tokenizer = _load_checkpoint_model(p)
         if device is not None:
             gm.module.to(device)
         return gm, tokenizer
@@ -429,21 +318,15 @@ def load_geometry_model(model_dir: str | os.PathLike, device: str | torch.device
 
         from tfmatcomp.models.conversion.bert import from_hf
 
-        if adapter == "hooks":
-            raise ValueError("adapter: BERT is always read as a converted HookedEncoder; use 'auto' "
-                             "or 'hooked'")
         bert = _from_pretrained(BertModel, p, add_pooling_layer=False)
         gm: GeometryModel = EncoderGeometry(from_hf(bert.eval()))
     elif cfg.model_type == "gpt2":
         from transformers import GPT2Model
 
-        gpt2 = _from_pretrained(GPT2Model, p).eval()
-        if adapter == "hooked":
-            from tfmatcomp.models.decoder import HookedDecoder
+        from tfmatcomp.models.decoder import HookedDecoder
 
-            gm = DecoderGeometry(HookedDecoder.from_hf(gpt2).eval(), family="gpt2")
-        else:
-            gm = GPT2Geometry(gpt2)
+        gpt2 = _from_pretrained(GPT2Model, p).eval()
+        gm = DecoderGeometry(HookedDecoder.from_hf(gpt2).eval(), family="gpt2")
     else:
         raise ValueError(f"model_dir: model_type {cfg.model_type!r} is not supported (bert, gpt2)")
     if device is not None:

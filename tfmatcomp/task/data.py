@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from jaxtyping import Bool, Float, Int
@@ -29,10 +29,11 @@ from torch import Tensor
 from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_device
 
-__all__ = ["MatrixBatch", "MatrixCompletionTask", "MatrixMixtureTask", "Distribution"]
+__all__ = ["MatrixBatch", "MatrixCompletionTask", "MatrixMixtureTask", "Distribution", "DISTRIBUTIONS"]
 
 Distribution = Literal["uniform", "gaussian", "laplace"]
-_DISTRIBUTIONS = ("uniform", "gaussian", "laplace")
+#: The laws of the factors' entries, :data:`Distribution`'s values.
+DISTRIBUTIONS: tuple[str, ...] = get_args(Distribution)
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,8 @@ class MatrixCompletionTask:
         p = self.p_mask
         if not isinstance(p, (int, float)) or p != p or not 0.0 <= p < 1.0:
             raise ValueError(f"p_mask: must be a probability in [0, 1), got {p!r}")
-        if self.distribution not in _DISTRIBUTIONS:
-            raise ValueError(f"distribution: must be one of {_DISTRIBUTIONS}, got {self.distribution!r}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(f"distribution: must be one of {DISTRIBUTIONS}, got {self.distribution!r}")
 
     @property
     def n_positions(self) -> int:

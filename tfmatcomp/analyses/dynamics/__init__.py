@@ -2,13 +2,11 @@
 (:mod:`.components`), the NeurIPS paper Section 4."""
 
 from tfmatcomp.analyses.dynamics.components import (
-    COMPONENT_GROUPS, PAPER_COMPONENTS, component_parameter_names, component_predicate,
-    component_training, reinitialize_component, train_component,
+    PAPER_COMPONENTS, component_training, reinitialize_component, train_component,
 )
 from tfmatcomp.analyses.dynamics.drop import DropResult, detect_drop, summarize_drops
 
 __all__ = [
-    "DropResult", "detect_drop", "summarize_drops", "COMPONENT_GROUPS", "PAPER_COMPONENTS",
-    "component_predicate", "component_parameter_names", "reinitialize_component",
+    "DropResult", "detect_drop", "summarize_drops", "PAPER_COMPONENTS", "reinitialize_component",
     "train_component", "component_training",
 ]

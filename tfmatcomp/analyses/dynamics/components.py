@@ -5,7 +5,7 @@ re-initializes one component group with the model's own initialization (a fresh
 :class:`~tfmatcomp.HookedEncoder` built from an explicit seed / generator, whose parameters in the
 group are copied over), freezes everything else and trains the group with
 :func:`tfmatcomp.train`, which logs the usual metrics. The groups are those of
-:mod:`tfmatcomp.models.param_groups` (shared with weight transplants, :data:`COMPONENT_GROUPS` is a view),
+:mod:`tfmatcomp.models.param_groups` (shared with weight transplants: :data:`~tfmatcomp.models.param_groups.GROUPS`),
 which follow HuggingFace BERT's modules: ``attention`` (alias ``attn``: Q, K, V, O and the
 LayerNorm after attention), ``mlp`` (both MLP layers and the LayerNorm after them),
 ``token_embed`` (``W_E``), ``pos_embed`` (``W_pos``), plus ``embed`` (all embedding parameters
@@ -15,7 +15,7 @@ including their LayerNorm), ``all`` and the finer groups used by transplants.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,40 +23,13 @@ import pandas as pd
 import torch
 
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.models.param_groups import GROUPS, group_parameter_names, group_predicate
+from tfmatcomp.models.param_groups import group_parameter_names, group_predicate
 from tfmatcomp.validation import is_int
 
-__all__ = ["COMPONENT_GROUPS", "PAPER_COMPONENTS", "component_predicate", "component_parameter_names",
-           "reinitialize_component", "train_component", "component_training"]
+__all__ = ["PAPER_COMPONENTS", "reinitialize_component", "train_component", "component_training"]
 
-#: The shared parameter groups (a view of :data:`tfmatcomp.models.param_groups.GROUPS`, aliases included).
-COMPONENT_GROUPS: Mapping[str, Callable[[str], bool]] = GROUPS
 #: The four groups of the NeurIPS paper, Fig. 8.
 PAPER_COMPONENTS: tuple[str, ...] = ("attention", "mlp", "token_embed", "pos_embed")
-
-
-def component_predicate(group: str | Sequence[str]) -> Callable[[str], bool]:
-    """A predicate on parameter names selecting one group or the union of several
-    (:func:`tfmatcomp.models.param_groups.group_predicate`).
-
-    Example:
-        >>> pred = component_predicate("attention")
-        >>> pred("blocks.0.attn.W_Q"), pred("blocks.0.ln1.w"), pred("blocks.0.mlp.W_in")
-        (True, True, False)
-    """
-    return group_predicate(group)
-
-
-def component_parameter_names(model: HookedEncoder, group: str | Sequence[str]) -> list[str]:
-    """Names of ``model``'s parameters in ``group`` (:func:`tfmatcomp.models.param_groups.group_parameter_names`).
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> m = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=4))
-        >>> component_parameter_names(m, "pos_embed")
-        ['embed.W_pos']
-    """
-    return group_parameter_names(model, group)
 
 
 @torch.no_grad()
@@ -81,7 +54,7 @@ def reinitialize_component(
     """
     if not isinstance(model, HookedEncoder):
         raise ValueError(f"model: expected a HookedEncoder, got {type(model).__name__}")
-    names = set(component_parameter_names(model, group))
+    names = set(group_parameter_names(model, group))
     if not names:
         raise ValueError(f"group: {group!r} selects no parameter of this model")
     if isinstance(seed, torch.Generator):
@@ -129,7 +102,7 @@ def train_component(
     Args:
         source: the trained model or a checkpoint path (its task and training configs are then
             the defaults). The source model is not modified.
-        group: a component group (see :data:`COMPONENT_GROUPS`) or several.
+        group: a component group (see :data:`tfmatcomp.models.param_groups.GROUPS`) or several.
         reinit_seed: seed (or CPU generator) of the fresh initialization of the group.
         task_cfg, train_cfg: override the checkpoint's configs (required for a model without a
             checkpoint unless ``preset`` has the right ones).
@@ -153,7 +126,7 @@ def train_component(
 
     model, task_cfg, train_cfg = _load_source(source, task_cfg, train_cfg)
     model = reinitialize_component(model, group, reinit_seed)
-    return train(preset, model=model, trainable=component_predicate(group), task_cfg=task_cfg,
+    return train(preset, model=model, trainable=group_predicate(group), task_cfg=task_cfg,
                  train_cfg=train_cfg, out_dir=out_dir, device=device, progress=progress,
                  **train_overrides)
 

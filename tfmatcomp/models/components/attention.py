@@ -4,12 +4,44 @@ exposed as a HookPoint."""
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float, Shaped
 from torch import Tensor, nn
 from tfmatcomp.models.components.hook_point import HookPoint
 
 from tfmatcomp.models.components.layer_norm import _hooked
 from tfmatcomp.config import DecoderConfig, EncoderConfig
+
+__all__ = ["Attention", "future_mask", "padding_mask"]
+
+
+def future_mask(n_query: int, n_key: int | None = None,
+                device: torch.device | str | None = None) -> Bool[Tensor, "query_pos key_pos"]:
+    """The causal mask: True where key ``j`` lies after query ``i``, the keys a causal head may
+    not see (its scores there are ``-inf``, its pattern 0).
+
+    The queries are the last ``n_query`` of ``n_key`` positions (``n_key`` defaults to
+    ``n_query``), so key ``j`` is in the future of query ``i`` when ``j > i + n_key - n_query``.
+
+    Example:
+        >>> future_mask(3).int().tolist()
+        [[0, 1, 1], [0, 0, 1], [0, 0, 0]]
+        >>> future_mask(1, 3).int().tolist()
+        [[0, 0, 0]]
+    """
+    n_key = n_query if n_key is None else n_key
+    return torch.ones(n_query, n_key, dtype=torch.bool, device=device).triu(n_key - n_query + 1)
+
+
+def padding_mask(attention_mask: Shaped[Tensor, "batch key_pos"],
+                 dtype: torch.dtype) -> Float[Tensor, "batch 1 1 key_pos"]:
+    """The additive mask :class:`Attention` adds to its scores for a padding mask (1 = token,
+    0 = padding): 0 at tokens, the most negative ``dtype`` number at padding (HuggingFace BERT's).
+
+    Example:
+        >>> padding_mask(torch.tensor([[1, 0]]), torch.float32).tolist() == [[[[0.0, torch.finfo(torch.float32).min]]]]
+        True
+    """
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
 class Attention(nn.Module):
@@ -106,4 +138,4 @@ class Attention(nn.Module):
     @staticmethod
     def _future(n_pos: int, device: torch.device) -> Tensor:
         """``[query_pos, key_pos]`` boolean, True where the key lies after the query."""
-        return torch.ones(n_pos, n_pos, dtype=torch.bool, device=device).triu(1)
+        return future_mask(n_pos, device=device)

@@ -4,8 +4,9 @@ Each parameter appears once in :func:`parameter_table`, with its HuggingFace nam
 in both directions, and each config field once in :data:`CONFIG_FIELDS`; the conversions in both
 directions (:func:`config_from_hf`, :func:`config_to_hf`, :func:`build_from_hf`, :func:`to_hf`)
 read them.
-This module does not import the model (the model's ``from_hf`` / ``to_hf`` use it, and
-:mod:`tfmatcomp.models.conversion.bert` gives the public functions), so there is no import cycle.
+This module does not import the model, not even for type annotations (the model's ``from_hf`` /
+``to_hf`` use it, and :mod:`tfmatcomp.models.conversion.bert` gives the public functions), so there
+is no import cycle: the model is any ``nn.Module`` built from an :class:`~tfmatcomp.EncoderConfig`.
 
 Example:
     >>> import tfmatcomp as tm
@@ -16,15 +17,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from tfmatcomp.config import EncoderConfig
 
-if TYPE_CHECKING:
-    from tfmatcomp.models.encoder import HookedEncoder
+#: The model class built by :func:`build_from_hf` (a :class:`~tfmatcomp.HookedEncoder`).
+Model = TypeVar("Model", bound=nn.Module)
 
 __all__ = ["parameter_table", "CONFIG_FIELDS", "config_from_hf", "config_to_hf", "build_from_hf", "to_hf"]
 
@@ -120,7 +121,7 @@ def _hf_state_dict_to_ours(sd: dict[str, Tensor], cfg: EncoderConfig) -> dict[st
             for ours, theirs, to_ours, _ in parameter_table(cfg)}
 
 
-def _our_state_dict_to_hf(model: "HookedEncoder") -> dict[str, Tensor]:
+def _our_state_dict_to_hf(model: nn.Module) -> dict[str, Tensor]:
     sd = {k: v.detach() for k, v in model.state_dict().items()}
     out = {theirs: to_hf(sd[ours]).contiguous()
            for ours, theirs, _, to_hf in parameter_table(model.cfg)}
@@ -129,8 +130,8 @@ def _our_state_dict_to_hf(model: "HookedEncoder") -> dict[str, Tensor]:
     return out
 
 
-def build_from_hf(cls: type["HookedEncoder"], bert: nn.Module, readout: nn.Linear | None = None,
-                  **overrides: Any) -> "HookedEncoder":
+def build_from_hf(cls: Callable[[EncoderConfig], Model], bert: nn.Module,
+                  readout: nn.Linear | None = None, **overrides: Any) -> Model:
     """:func:`tfmatcomp.models.conversion.bert.from_hf`, building a ``cls`` (:class:`~tfmatcomp.HookedEncoder`).
 
     Token-type embeddings are kept when the BERT has more than one type, or one type with non-zero
@@ -159,8 +160,8 @@ def build_from_hf(cls: type["HookedEncoder"], bert: nn.Module, readout: nn.Linea
     return model.to(device=tt.device, dtype=tt.dtype)
 
 
-def to_hf(model: "HookedEncoder"):
-    """The equivalent ``(transformers.BertModel, nn.Linear)`` pair, eager attention, no dropout."""
+def to_hf(model: nn.Module):
+    """``model`` (a :class:`~tfmatcomp.HookedEncoder`): the equivalent ``(transformers.BertModel, nn.Linear)`` pair, eager attention, no dropout."""
     from transformers import BertModel
 
     hf_cfg = config_to_hf(model.cfg)

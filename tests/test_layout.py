@@ -1,0 +1,296 @@
+"""The package's layout rules, checked on the source (ast; nothing is imported).
+
+1. **A handful of entry modules**: at most :data:`MAX_TOP_MODULES` ``.py`` files directly in
+   ``tfmatcomp/`` (``__init__`` and ``__main__`` included); everything else lives in a layer folder.
+
+2. **No import cycle among tfmatcomp modules.** The graph has an edge ``a -> b`` for every import
+   statement in ``a`` that names tfmatcomp module ``b``, *wherever the statement is*: at module
+   level, inside a function or method, and under ``if TYPE_CHECKING:``. A deferred import only
+   moves a cycle from import time to the first call (the two modules still need each other to
+   work), and a ``TYPE_CHECKING`` import is a dependency that type checkers and readers follow, so
+   neither is a way out of a cycle. ``from pkg import name`` is an edge to ``pkg.name`` when that is
+   a module, else to ``pkg`` (its ``__init__``). The parent packages that Python runs before a module
+   (``tfmatcomp/__init__`` before everything) are not edges: the top package re-exports the
+   public names of every layer, so counting them would put every module in one cycle.
+
+3. **No private name imported from another folder.** A private name starts with one underscore
+   (``_x``, not ``__x__``): an imported name, a module in the imported path, or an attribute read
+   from a module bound by an import (``import a.b as m; m._x``). It belongs to the folder of the
+   file that defines it (for a private module, the folder the module sits in) and may be used by
+   modules in that folder or below it; ``tfmatcomp/_interrupts.py`` is thus private to the package
+   and its layers, ``decomposition/_gram.py`` to ``decomposition/``.
+
+4. **No transformer math outside ``models/components/``.** Outside that folder, no module calls or
+   references, by attribute (``torch.softmax``, ``x.softmax(-1)``, ``F.layer_norm``) or by a called
+   bare name (``softmax(x)``), any of :data:`TRANSFORMER_MATH`: softmax, layer norm, scaled
+   dot-product attention, and ``tril`` / ``triu`` (the way causal masks are built). A causal or
+   padding mask comes from ``models.components.attention`` (``future_mask``, ``padding_mask``), an
+   attention pattern from the model's ``hook_pattern``. Each exception is in :data:`ALLOWED` with
+   its reason. Q / K / V projections are matrix products and cannot be told from other products
+   statically; the rule does not cover them (``geometry.qk.qk_components`` splits ``q . k`` into
+   Song & Zhong's four components: a measurement, not a forward pass).
+
+Rules 2 and 3 are also checked with the other engineers' code set aside (``*_outside_other_branches``
+tests, which must pass). The complete checks are ``xfail(strict=False)`` on this branch until those
+branches merge: the ``models/decoder.py`` <-> ``models/conversion/gpt2_mapping.py`` cycle, and the
+private imports made by ``training/`` / ``distributed/trainers.py``. Once they pass, drop the marks.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import tfmatcomp
+
+PKG = Path(tfmatcomp.__file__).parent
+ROOT = PKG.parent
+
+MAX_TOP_MODULES = 8
+
+#: Names whose call or attribute reference is transformer math (rule 4).
+TRANSFORMER_MATH = frozenset({"softmax", "layer_norm", "LayerNorm", "scaled_dot_product_attention",
+                              "MultiheadAttention", "tril", "triu"})
+
+#: ``(file relative to the repository, name) -> why it is not transformer math``.
+ALLOWED = {
+    ("tfmatcomp/decomposition/_gram.py", "tril"):
+        "packs and unpacks a symmetric Gram matrix by its lower triangle; no attention mask",
+}
+
+#: Files owned by other engineers' branches; their private imports are fixed there (rule 3).
+OTHER_BRANCHES_PRIVATE = ("tfmatcomp/training/", "tfmatcomp/runs/",
+                          "tfmatcomp/distributed/trainers.py", "tfmatcomp/song_zhong/lm.py")
+#: The import edge another branch removes (rule 2): gpt2_mapping imports the decoder it builds.
+OTHER_BRANCHES_EDGES = {("tfmatcomp.models.conversion.gpt2_mapping", "tfmatcomp.models.decoder")}
+
+
+# ----------------------------------------------------------------------------- the module graph
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Module name -> (file, is a package), for every module of tfmatcomp."""
+    out = {}
+    for f in sorted(PKG.rglob("*.py")):
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        out[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
+    return out
+
+
+MODULES = _modules()
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _source_of(name: str, node: ast.ImportFrom) -> str:
+    """The absolute module an ``ImportFrom`` in module ``name`` reads from."""
+    path, is_pkg = MODULES[name]
+    package = name if is_pkg else name.rpartition(".")[0]
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[:len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imports(name: str) -> list[tuple[ast.stmt, str, str | None]]:
+    """Every import in module ``name``: ``(node, target module, imported name or None)``, the
+    target being the tfmatcomp module the statement makes Python load."""
+    tree = ast.parse(MODULES[name][0].read_text(encoding="utf-8"))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node, a.name, None) for a in node.names if a.name in MODULES]
+        elif isinstance(node, ast.ImportFrom):
+            source = _source_of(name, node)
+            for a in node.names:
+                sub = f"{source}.{a.name}"
+                target = sub if sub in MODULES else source
+                if target in MODULES:
+                    out.append((node, target, None if target == sub else a.name))
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``module -> the tfmatcomp modules it imports`` (rule 2's edges)."""
+    return {m: {t for _, t, _ in _imports(m) if t != m} for m in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(out)
+
+
+# ----------------------------------------------------------------------------- private names
+def _folder(path: Path) -> str:
+    return path.parent.relative_to(ROOT).as_posix()
+
+
+def _private_owner(target: str, name: str | None) -> str | None:
+    """The folder that owns the private part of ``from target import name`` (None: nothing
+    private). A private module is owned by the folder it sits in; a private name by the folder of
+    the module defining it."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return _folder(MODULES[".".join(parts[:i + 1])][0])
+    if name is not None and name.startswith("_") and not name.startswith("__"):
+        return _folder(MODULES[target][0])
+    return None
+
+
+def _visible(owner: str, importer: Path) -> bool:
+    here = _folder(importer)
+    return here == owner or here.startswith(owner + "/")
+
+
+def private_imports() -> list[str]:
+    """``"file:line: what"`` for every private name used outside its folder (rule 3)."""
+    found = []
+    for mod, (path, _) in MODULES.items():
+        bound: dict[str, str] = {}  # local name -> tfmatcomp module it is bound to
+        for node, target, name in _imports(mod):
+            owner = _private_owner(target, name)
+            if owner is not None and not _visible(owner, path):
+                found.append(f"{_rel(path)}:{node.lineno}: {target} {name or ''}".rstrip())
+            for a in node.names:
+                if isinstance(node, ast.ImportFrom) and name is None and a.name == target.rpartition(".")[2]:
+                    bound[a.asname or a.name] = target
+                elif isinstance(node, ast.Import) and a.asname and a.name == target:
+                    bound[a.asname] = target
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in bound and node.attr.startswith("_")
+                    and not node.attr.startswith("__")):
+                target = bound[node.value.id]
+                owner = _folder(MODULES[target][0])
+                if not _visible(owner, path):
+                    found.append(f"{_rel(path)}:{node.lineno}: {target}.{node.attr}")
+    return sorted(set(found))
+
+
+# ----------------------------------------------------------------------------- transformer math
+def transformer_math() -> list[str]:
+    """``"file:line: name"`` for every use of :data:`TRANSFORMER_MATH` outside
+    ``models/components/`` that :data:`ALLOWED` does not list (rule 4)."""
+    found = []
+    for path, _ in MODULES.values():
+        rel = _rel(path)
+        if rel.startswith("tfmatcomp/models/components/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = None
+            if isinstance(node, ast.Attribute) and node.attr in TRANSFORMER_MATH:
+                name = node.attr
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in TRANSFORMER_MATH):
+                name = node.func.id
+                if name == "LayerNorm":  # the component class itself, called by the models
+                    continue
+            if name is not None and (rel, name) not in ALLOWED:
+                found.append(f"{rel}:{node.lineno}: {name}")
+    return sorted(found)
+
+
+# ----------------------------------------------------------------------------- the tests
+def test_at_most_a_handful_of_modules_at_the_top():
+    top = sorted(p.name for p in PKG.glob("*.py"))
+    assert len(top) <= MAX_TOP_MODULES, f"{len(top)} modules at the top of tfmatcomp/: {top}"
+
+
+@pytest.mark.xfail(strict=False, reason="models/decoder.py <-> models/conversion/gpt2_mapping.py "
+                   "(another engineer's branch); passes once it merges")
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_no_import_cycle_outside_other_branches():
+    graph = import_graph()
+    for a, b in OTHER_BRANCHES_EDGES:
+        graph[a].discard(b)
+    assert cycles(graph) == []
+
+
+@pytest.mark.xfail(strict=False, reason="training/ and distributed/trainers.py import private "
+                   "names of training/ and models/components/ (other engineers' branches); passes "
+                   "once they merge")
+def test_no_private_name_imported_from_another_folder():
+    assert private_imports() == []
+
+
+def test_no_private_name_imported_from_another_folder_outside_other_branches():
+    found = [f for f in private_imports() if not f.startswith(OTHER_BRANCHES_PRIVATE)]
+    assert found == []
+
+
+def test_no_transformer_math_outside_components():
+    assert transformer_math() == []
+
+
+def test_allow_list_entries_are_still_needed():
+    """An allowed use that is gone must leave the allow-list too."""
+    used = set()
+    for rel, name in ALLOWED:
+        tree = ast.parse((ROOT / rel).read_text(encoding="utf-8"))
+        if any(isinstance(n, ast.Attribute) and n.attr == name for n in ast.walk(tree)):
+            used.add((rel, name))
+    assert used == set(ALLOWED)
+
+
+# ----------------------------------------------------------------------------- the checkers can fail
+def test_cycle_finder_finds_a_deferred_cycle_and_ignores_a_chain():
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_graph_counts_imports_in_functions_and_under_type_checking():
+    graph = import_graph()
+    # tfmatcomp.models.encoder imports hf_mapping inside from_hf / to_hf only
+    assert "tfmatcomp.models.conversion.hf_mapping" in graph["tfmatcomp.models.encoder"]
+    assert "tfmatcomp.interventions.weights" in graph["tfmatcomp.interventions.base"]
+    # gpt2_mapping imports the decoder only under TYPE_CHECKING (at the time of writing)
+    src = MODULES["tfmatcomp.models.conversion.gpt2_mapping"][0].read_text(encoding="utf-8")
+    if "TYPE_CHECKING" in src and "models.decoder import" in src:
+        assert "tfmatcomp.models.decoder" in graph["tfmatcomp.models.conversion.gpt2_mapping"]
+
+
+def test_private_rule_sees_folders():
+    assert _private_owner("tfmatcomp._interrupts", "undo_all") == "tfmatcomp"
+    assert _visible("tfmatcomp", PKG / "models" / "hooked_base.py")
+    assert _private_owner("tfmatcomp.geometry.qk", "_x") == "tfmatcomp/geometry"
+    assert not _visible("tfmatcomp/geometry", PKG / "song_zhong" / "models.py")
+    assert _private_owner("tfmatcomp.geometry.qk", "full_pos") is None
+    assert _private_owner("tfmatcomp.decomposition._gram", "RunningGram") == "tfmatcomp/decomposition"
