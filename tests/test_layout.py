@@ -30,6 +30,12 @@
    statically; the rule does not cover them (``geometry.qk.qk_components`` splits ``q . k`` into
    Song & Zhong's four components: a measurement, not a forward pass).
 
+5. **Layers import downward.** Every module belongs to one layer of :data:`LAYERS` (the rows of
+   docs/design-notes.md's map, lowest first; ``models/conversion/`` counts as ``models/``); an import
+   may name a module of its own layer or of a lower one, never of a higher one. ``tfmatcomp/__init__``
+   (the public re-exports) and ``__main__`` sit above every layer. Exceptions are in
+   :data:`UPWARD_ALLOWED` with their reasons.
+
 Rules 2 and 3 are also checked with the other engineers' code set aside (``*_outside_other_branches``
 tests, which must pass). The complete checks are ``xfail(strict=False)`` on this branch until those
 branches merge: the ``models/decoder.py`` <-> ``models/conversion/gpt2_mapping.py`` cycle, and the
@@ -58,6 +64,19 @@ TRANSFORMER_MATH = frozenset({"softmax", "layer_norm", "LayerNorm", "scaled_dot_
 ALLOWED = {
     ("tfmatcomp/decomposition/_gram.py", "tril"):
         "packs and unpacks a symmetric Gram matrix by its lower triangle; no attention mask",
+}
+
+#: The layers, lowest first (docs/design-notes.md's map): module-name prefixes relative to
+#: ``tfmatcomp.``; a module belongs to the layer of its longest matching prefix.
+LAYERS = [
+    ("validation", "_interrupts"), ("task",), ("config",), ("models.components",), ("models",),
+    ("runs",), ("datapath",), ("training",), ("decomposition",), ("distributed",),
+    ("pretrained",), ("interventions",), ("experiments",), ("geometry",), ("analyses",),
+    ("plotting",), ("report",), ("song_zhong",), ("cli",), ("interop",),
+]
+#: ``(importer, imported) -> why this upward edge is right``.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    ("tfmatcomp.cli", "tfmatcomp"): "`tfmatcomp --version` prints the package's __version__",
 }
 
 #: Files owned by other engineers' branches; their private imports are fixed there (rule 3).
@@ -225,6 +244,33 @@ def transformer_math() -> list[str]:
     return sorted(found)
 
 
+def layer(module: str) -> int | None:
+    """Index in :data:`LAYERS` of a tfmatcomp module (None above every layer: the package's
+    ``__init__`` and ``__main__``)."""
+    rel = module.removeprefix("tfmatcomp").lstrip(".")
+    best = None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if rel == prefix or rel.startswith(prefix + "."):
+                if best is None or len(prefix) > len(best[1]):
+                    best = (i, prefix)
+    return None if best is None else best[0]
+
+
+def upward_imports() -> list[str]:
+    """Rule 5's violations: ``importer -> imported`` edges that go up the layers."""
+    found = []
+    for a, targets in import_graph().items():
+        la = layer(a)
+        if la is None:
+            continue
+        for b in sorted(targets):
+            lb = layer(b)
+            if lb is None or (lb > la and (a, b) not in UPWARD_ALLOWED):
+                found.append(f"{a} ({'.'.join(LAYERS[la])}) -> {b}")
+    return found
+
+
 # ----------------------------------------------------------------------------- the tests
 def test_at_most_a_handful_of_modules_at_the_top():
     top = sorted(p.name for p in PKG.glob("*.py"))
@@ -294,3 +340,23 @@ def test_private_rule_sees_folders():
     assert not _visible("tfmatcomp/geometry", PKG / "song_zhong" / "models.py")
     assert _private_owner("tfmatcomp.geometry.qk", "full_pos") is None
     assert _private_owner("tfmatcomp.decomposition._gram", "RunningGram") == "tfmatcomp/decomposition"
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in MODULES if layer(m) is None] == ["tfmatcomp", "tfmatcomp.__main__"]
+
+
+def test_layers_import_downward():
+    assert upward_imports() == []
+
+
+def test_layers_are_the_design_notes_map():
+    """The layer list is the map's table, row for row."""
+    text = (ROOT / "docs" / "design-notes.md").read_text(encoding="utf-8")
+    table = text.split("## The map", 1)[1].split("**How data flows.**", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    named = [tuple(n.strip("`/").removesuffix(".py").replace("/", ".") for n in row.split(", "))
+             for row in (r.strip() for r in rows)]
+    flat = [n for row in named for n in row if n != "models.conversion"]  # part of models
+    order = [n for prefixes in LAYERS for n in prefixes if n != "_interrupts"]
+    assert flat == order
