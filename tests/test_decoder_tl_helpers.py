@@ -9,12 +9,15 @@ The model is seeded, in float64 and has every weight randomized (LayerNorm gains
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 import torch
 from transformer_lens import ActivationCache
-from transformer_lens.tools.analysis.logit_lens import logit_lens
 
 import tfmatcomp as tm
+
+TL_MAJOR = int(importlib.metadata.version("transformer-lens").split(".")[0])
 
 CFG = tm.DecoderConfig(n_layers=3, n_heads=2, d_model=16, d_mlp=24, n_ctx=7, d_vocab=19)
 L, H, B, P = CFG.n_layers, CFG.n_heads, 3, 7
@@ -147,6 +150,7 @@ def test_decompose_resid_apply_ln_sums_to_each_layer_norm(model, cache):
     _close(parts.sum(0) * ln.w + ln.b, _layer_norm(cache["blocks.1.hook_resid_mid"], ln))
 
 
+@pytest.mark.skipif(TL_MAJOR < 4, reason="TransformerLens 3.x's stack_neuron_results has no mlp_input")
 def test_head_and_neuron_stacks_with_remainder_and_apply_ln(model, cache):
     # The remainder completes the heads (neurons) to the stream; with apply_ln the stack sums to
     # the normalized input of the LayerNorm that reads that stream.
@@ -190,7 +194,10 @@ def test_accumulated_resid_apply_ln_is_the_logit_lens(model, cache, logits):
     _close(before_1[0], centered / cache["blocks.1.ln1.hook_scale"])
 
 
+@pytest.mark.skipif(TL_MAJOR < 4, reason="TransformerLens 3.x has no logit_lens tool")
 def test_logit_lens_at_each_layer(model, tokens, cache, logits):
+    from transformer_lens.tools.analysis.logit_lens import logit_lens
+
     by_hand = torch.stack([_layer_norm(cache[f"blocks.{l}.hook_resid_pre"], model.ln_final)
                            for l in range(L)] + [_layer_norm(cache[f"blocks.{L - 1}.hook_resid_post"],
                                                              model.ln_final)]) @ model.W_U + model.b_U
@@ -230,6 +237,8 @@ def test_full_resid_decomposition_sums_to_the_stream(model, cache):
 
 
 # ------------------------------------------------------------------ logit_attrs
+@pytest.mark.skipif(TL_MAJOR < 4, reason="TransformerLens 3.x's logit_attrs does not broadcast "
+                    "one token per batch row over the positions")
 def test_logit_attrs_sum_to_the_logit_direction(model, cache):
     # Each component, centered and divided by ln_final's cached scale, dotted with W_U[:, t]
     # (TransformerLens's meaning: ln_final's w and b are not folded in).
