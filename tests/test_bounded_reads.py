@@ -152,3 +152,48 @@ def test_training_state_without_its_generators_is_named_not_a_key_error(tmp_path
     with pytest.raises(tm.runs.rundir.RunDirError, match=r"without \['rng.train'\]"):
         tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
                  progress=False)
+
+
+# ------------------------------------------------------- the geometry command's corpora and models
+def test_a_corpus_larger_than_the_limit_is_refused_unread(tmp_path):
+    from tfmatcomp.song_zhong.corpus import MAX_CORPUS_BYTES, read_documents
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as f:  # sparse: no disk used, and nothing may read it
+        f.truncate(MAX_CORPUS_BYTES + 1)
+    with pytest.raises(ValueError, match=r"text: .*big\.txt holds 1,073,741,825 bytes"):
+        read_documents(big)
+    (tmp_path / "a.txt").write_text("alpha beta")
+    with pytest.raises(ValueError, match=r"big\.txt holds"):
+        read_documents(tmp_path)  # a directory counts its files together
+
+
+def test_fifos_and_devices_in_a_corpus_directory_are_skipped(tmp_path):
+    from tfmatcomp.song_zhong.corpus import read_documents
+
+    (tmp_path / "a.txt").write_text("alpha beta")
+    os.mkfifo(tmp_path / "pipe.txt")
+    os.symlink("/dev/zero", tmp_path / "zero.txt")
+    assert [d.name for d in read_documents(tmp_path)] == ["a.txt"]
+    with pytest.raises(ValueError, match="neither a file nor a directory"):
+        read_documents(tmp_path / "pipe.txt")
+
+
+@pytest.mark.parametrize("how", ["fifo", "dev-zero", "sparse-weights"])
+def test_a_model_directory_with_an_unreadable_file_is_refused_before_transformers_reads(tmp_path,
+                                                                                        how):
+    from tfmatcomp.song_zhong.models import MAX_WEIGHTS_BYTES, load_geometry_model
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    if how == "fifo":
+        os.mkfifo(tmp_path / "tokenizer.json")
+        match = r"tokenizer\.json is not a regular file"
+    elif how == "dev-zero":
+        os.symlink("/dev/zero", tmp_path / "vocab.json")
+        match = r"vocab\.json is not a regular file"
+    else:
+        with open(tmp_path / "model.safetensors", "wb") as f:
+            f.truncate(MAX_WEIGHTS_BYTES + 1)
+        match = r"model\.safetensors holds 17,179,869,185 bytes"
+    with pytest.raises(ValueError, match=match):
+        load_geometry_model(tmp_path)

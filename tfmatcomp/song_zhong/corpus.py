@@ -29,11 +29,15 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
-from tfmatcomp.validation import check_positive_int, check_seed
+from tfmatcomp.validation import check_positive_int, check_seed, read_bounded
 
 __all__ = ["Document", "Contexts", "read_documents", "read_documents_from_text", "cut_contexts"]
 
 #: Suffixes read from a directory (anything else, e.g. binaries, is skipped).
+#: Most bytes of text one corpus reads (all its files together); a larger corpus is refused
+#: before the file that would pass the limit is read.
+MAX_CORPUS_BYTES = 1 << 30
+
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".c", ".h", ".js", ".html", ".tex", ".json", ".csv", "")
 
 
@@ -84,6 +88,10 @@ def read_documents_from_text(text: str) -> list[Document]:
 def read_documents(path: str | os.PathLike) -> list[Document]:
     """Documents from a directory (one per text file, recursively, by sorted path) or a file.
 
+    Only regular files are read (a fifo or device in a directory is skipped, given as the path it
+    is refused), at most :data:`MAX_CORPUS_BYTES` in all; a larger corpus is refused naming the
+    file that passes the limit. Files of a directory that are not UTF-8 are skipped.
+
     Example:
         >>> import tempfile, pathlib
         >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -95,10 +103,12 @@ def read_documents(path: str | os.PathLike) -> list[Document]:
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in TEXT_SUFFIXES
                        and not any(part.startswith(".") for part in f.relative_to(p).parts))
-        docs = []
-        for f in files:
+        docs, budget = [], MAX_CORPUS_BYTES
+        for f in files:  # regular files only: is_file() is False for fifos, devices, sockets
+            data = read_bounded("text", f, budget, binary=True)
+            budget -= len(data)
             try:
-                text = f.read_text(encoding="utf-8")
+                text = data.decode("utf-8")
             except UnicodeDecodeError:
                 continue
             if text.strip():
@@ -107,10 +117,7 @@ def read_documents(path: str | os.PathLike) -> list[Document]:
             raise ValueError(f"text: the directory {str(p)!r} holds no readable UTF-8 text file")
         return docs
     if p.is_file():
-        try:
-            docs = read_documents_from_text(p.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise ValueError(f"text: {str(p)!r} is not UTF-8 text") from None
+        docs = read_documents_from_text(read_bounded("text", p, MAX_CORPUS_BYTES))
         if not docs:
             raise ValueError(f"text: {str(p)!r} is empty")
         return docs

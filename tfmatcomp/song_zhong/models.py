@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from tfmatcomp.decomposition import Decomposition, DecompositionAccumulator, accumulate
 from tfmatcomp.geometry.qk import QKComponents, full_pos, qk_components, qk_decomposition
 from tfmatcomp.models.components.attention import future_mask
-from tfmatcomp.validation import check_int_in_range
+from tfmatcomp.validation import MAX_JSON_BYTES, check_int_in_range, read_json_bounded
 
 __all__ = ["GeometryModel", "EncoderGeometry", "DecoderGeometry", "load_geometry_model"]
 
@@ -243,9 +243,48 @@ def _is_tfmatcomp_checkpoint(p: Path) -> bool:
     if not cfg.is_file():
         return False
     try:
-        return json.loads(cfg.read_text(encoding="utf-8")).get("format") == "tfmatcomp-checkpoint"
-    except (ValueError, UnicodeDecodeError, AttributeError):
+        return read_json_bounded("model_dir", cfg).get("format") == "tfmatcomp-checkpoint"
+    except (ValueError, AttributeError):
         return False
+
+
+#: Largest weights file of a transformers directory read by :func:`load_geometry_model`.
+MAX_WEIGHTS_BYTES = 16 << 30
+#: Files of a transformers directory that hold weights (the rest it reads are JSON / text).
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".model")
+
+
+def check_model_files(path: Path) -> None:
+    """Refuse a transformers directory whose files could block or exhaust memory when read: every
+    entry transformers may open (all files directly in ``path``) must be a regular file after
+    following symlinks, weights of at most :data:`MAX_WEIGHTS_BYTES`, any other file of at most
+    ``MAX_JSON_BYTES``. ``ValueError`` names the file.
+
+    Example:
+        >>> import tempfile, pathlib, os
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> os.symlink("/dev/zero", d / "config.json")
+        >>> check_model_files(d)
+        Traceback (most recent call last):
+        ...
+        ValueError: model_dir: .../config.json is not a regular file (a fifo, device or socket); refused
+    """
+    import stat as stat_module
+
+    for entry in sorted(path.iterdir()):
+        try:
+            st = os.stat(entry)
+        except OSError as e:
+            raise ValueError(f"model_dir: {entry} cannot be read ({e.strerror})") from None
+        if stat_module.S_ISDIR(st.st_mode):
+            continue
+        if not stat_module.S_ISREG(st.st_mode):
+            raise ValueError(f"model_dir: {entry} is not a regular file (a fifo, device or socket); "
+                             "refused")
+        limit = MAX_WEIGHTS_BYTES if entry.suffix in _WEIGHT_SUFFIXES else MAX_JSON_BYTES
+        if st.st_size > limit:
+            raise ValueError(f"model_dir: {entry} holds {st.st_size:,} bytes, more than the "
+                             f"{limit:,} read at most; refused")
 
 
 def _load_checkpoint_model(p: Path) -> tuple[GeometryModel, Any]:
@@ -306,6 +345,7 @@ def load_geometry_model(model_dir: str | os.PathLike,
     if not (p / "config.json").is_file():
         raise ValueError(f"model_dir: {str(p)!r} has no config.json (a local transformers model "
                          "directory or a tfmatcomp checkpoint is expected; nothing is downloaded)")
+    check_model_files(p)
     from transformers import AutoConfig, AutoTokenizer
 
     cfg = AutoConfig.from_pretrained(p, local_files_only=True)
