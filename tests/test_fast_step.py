@@ -17,6 +17,7 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.training import fast_step
 from tfmatcomp.task.data import MatrixCompletionTask
+from tfmatcomp.runs.layout import RUN_FILE
 
 KW = dict(n_steps=5, batch_size=16, log_every=1, progress=False)
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,9 +62,9 @@ def test_the_reason_is_written_in_run_json(tmp_path):
     import json
 
     tm.train("tiny", out_dir=tmp_path, fast=True, **KW)
-    assert json.loads((tmp_path / "run.json").read_text())["step"].startswith("fast step: bf16")
+    assert json.loads((tmp_path / RUN_FILE).read_text())["step"].startswith("fast step: bf16")
     tm.train("tiny", out_dir=tmp_path / "b", **KW)
-    assert "d_model 64" in json.loads((tmp_path / "b" / "run.json").read_text())["step"]
+    assert "d_model 64" in json.loads((tmp_path / "b" / RUN_FILE).read_text())["step"]
 
 
 def test_fast_cpu_run_keeps_float32_weights_metrics_and_checkpoints(tmp_path):

@@ -23,7 +23,7 @@ from tfmatcomp.training import multiseed
 from tfmatcomp.runs import rundir
 
 from tfmatcomp.training import trainer as training
-from tfmatcomp.runs.checkpoint import checkpoint_dir_name
+from tfmatcomp.runs.layout import checkpoint_path
 from tfmatcomp.config import Preset
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.distributed.group import (
@@ -109,7 +109,7 @@ class DistributedTrainer(Trainer):
     def save(self, strip_older: bool = True) -> Path:
         if self.rank == 0:
             return super().save(strip_older)
-        return self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
+        return checkpoint_path(self.out_dir, self.step)
 
     def resume(self) -> bool:
         """:meth:`Trainer.resume` on rank 0, whose weights, optimizer state, generators and log

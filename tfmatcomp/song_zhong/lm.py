@@ -310,7 +310,8 @@ def train_lm(
     from tqdm.auto import tqdm
 
     from tfmatcomp.runs import rundir
-    from tfmatcomp.runs.checkpoint import checkpoint_dir_name, save_checkpoint
+    from tfmatcomp.runs.checkpoint import save_checkpoint
+    from tfmatcomp.runs.layout import METRICS_FILE, checkpoint_path
 
     check_positive_int("n_steps", n_steps)
     check_positive_int("batch_size", batch_size)
@@ -357,10 +358,10 @@ def train_lm(
     json.dumps(meta)  # refuse what the checkpoint could not record, before training
     records: list[dict[str, Any]] = []
     path = None
-    log = open(out / rundir.METRICS_FILE, "a") if out is not None else None
+    log = open(out / METRICS_FILE, "a") if out is not None else None
 
     def save(step: int) -> Path:
-        return save_checkpoint(model, out / "checkpoints" / checkpoint_dir_name(step), step=step,
+        return save_checkpoint(model, checkpoint_path(out, step), step=step,
                                metadata=meta)
 
     try:

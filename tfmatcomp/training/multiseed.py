@@ -40,7 +40,9 @@ from tqdm.auto import tqdm
 
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.runs import rundir
-from tfmatcomp.runs.checkpoint import latest_checkpoint, list_checkpoints
+from tfmatcomp.runs.layout import (
+    GROUP_FILE, has_training_state, latest_checkpoint, list_checkpoints, seed_dir,
+)
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.task.metrics import losses
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
@@ -48,16 +50,8 @@ from tfmatcomp.training.trainer import (
     Trainer, TrainResult, _check_n_steps, _check_resume_overwrite, _resume_and_run,
 )
 
-__all__ = ["MultiSeedTrainer", "MultiSeedResult", "train_many", "parse_seeds", "seed_dir",
-           "write_group_file", "GROUP_FILE"]
-
-#: File in a multi-seed run directory that lists its seeds.
-GROUP_FILE = "seeds.json"
-
-
-def seed_dir(out_dir: str | os.PathLike, seed: int) -> Path:
-    """The run directory of ``seed`` inside a multi-seed run directory: ``OUT/seed-{seed}``."""
-    return Path(out_dir) / f"seed-{int(seed)}"
+__all__ = ["MultiSeedTrainer", "MultiSeedResult", "train_many", "parse_seeds",
+           "write_group_file"]
 
 
 #: The most seeds one group may train (each is a full training run).
@@ -411,7 +405,7 @@ def _check_group_dir(out_dir: Path, seeds: list[int], resuming: bool, overwrite:
     if not path.exists():
         return
     try:
-        theirs = [int(s) for s in read_json_bounded("seeds.json", path)["seeds"]]
+        theirs = [int(s) for s in read_json_bounded(GROUP_FILE, path)["seeds"]]
     except (ValueError, KeyError, TypeError) as e:
         raise rundir.RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
                                  "to start this directory again") from None
@@ -442,7 +436,7 @@ def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
 def _resume_at(trainer: Trainer, step: int) -> None:
     """Reload ``trainer`` from its checkpoint at ``step`` (which must hold training state)."""
     path = list_checkpoints(trainer.out_dir).get(step)
-    if path is None or not (path / "state.json").exists():
+    if path is None or not has_training_state(path):
         raise ValueError(f"seeds: {trainer.out_dir} has no resumable checkpoint at step {step}")
     trainer._restore(path)
 

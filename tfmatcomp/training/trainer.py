@@ -46,8 +46,10 @@ from tqdm.auto import tqdm
 
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.checkpoint import (
-    CheckpointError, ConfigMismatchError, checkpoint_dir_name, list_checkpoints,
-    load_checkpoint_info, load_training_state, save_checkpoint,
+    CheckpointError, ConfigMismatchError, load_checkpoint_info, load_training_state, save_checkpoint,
+)
+from tfmatcomp.runs.layout import (
+    METRICS_FILE, RUN_FILE, STATE_FILE, checkpoint_path, has_training_state, list_checkpoints,
 )
 from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.task.data import MatrixBatch
@@ -57,7 +59,7 @@ from tfmatcomp.training import fast_step
 from tfmatcomp.task import gpt as gpt_task
 from tfmatcomp.task.metrics import losses, masked_mse
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.runs.rundir import METRICS_FILE, RunDirError
+from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.validation import check_device
 
 __all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device", "model_class"]
@@ -265,7 +267,7 @@ class Trainer:
         if self.out_dir is None:
             raise ValueError("out_dir: the trainer has no run directory to save into")
         self._claim(resuming=False)
-        path = self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
+        path = checkpoint_path(self.out_dir, self.step)
         cfg = self.train_cfg
         save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=cfg, step=self.step,
                         training_state=self.training_state(), dtype=cfg.checkpoint_dtype,
@@ -277,7 +279,7 @@ class Trainer:
     def strip_older_states(self) -> None:
         """Drop the training state of every checkpoint but the current step's."""
         for step, p in list_checkpoints(self.out_dir).items():
-            if step != self.step and (p / "state.json").exists():
+            if step != self.step and has_training_state(p):
                 rundir.strip_state(p)
 
     def resume(self) -> bool:
@@ -300,8 +302,8 @@ class Trainer:
             raise ValueError("out_dir: resume needs a run directory")
         self._claim(resuming=True)
         problems = []
-        for step, path in reversed(rundir.checkpoint_dirs(self.out_dir).items()):
-            if not (path / "state.json").exists():
+        for step, path in reversed(list_checkpoints(self.out_dir, complete=False).items()):
+            if not has_training_state(path):
                 problems.append(f"{path.name} has no training state")
                 continue
             try:
@@ -355,11 +357,11 @@ class Trainer:
         """
         saved = state.get("step")
         if not isinstance(saved, int) or isinstance(saved, bool) or (step is not None and saved != step):
-            raise RunDirError(f"out_dir: {path / 'state.json'} says step {saved!r} but the checkpoint "
+            raise RunDirError(f"out_dir: {path / STATE_FILE} says step {saved!r} but the checkpoint "
                               f"is step {step}; refusing to resume from it (nothing was removed)")
         groups = state.get("param_groups")
         if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
-            raise RunDirError(f"out_dir: {path / 'state.json'} holds {type(groups).__name__} "
+            raise RunDirError(f"out_dir: {path / STATE_FILE} holds {type(groups).__name__} "
                               f"param_groups; expected {len(self.optimizer.param_groups)}")
         for group, ours in zip(groups, self.optimizer.param_groups):
             for key in ("lr", "betas", "eps", "weight_decay", "amsgrad"):
@@ -368,7 +370,7 @@ class Trainer:
                 if (list(theirs) if isinstance(theirs, (list, tuple)) else theirs) != (
                         list(mine) if isinstance(mine, tuple) else mine):
                     raise ConfigMismatchError(
-                        f"{'lr' if key == 'lr' else 'optimizer'}: {path / 'state.json'} records "
+                        f"{'lr' if key == 'lr' else 'optimizer'}: {path / STATE_FILE} records "
                         f"Adam {key} {theirs!r}, this run has {mine!r}; resuming would not continue "
                         "the same trajectory")
 
@@ -381,7 +383,7 @@ class Trainer:
         recorded = rundir.run_configs(self.out_dir)
         if recorded is not None:
             model_cfg, task_cfg, train_cfg = recorded
-            source = str(self.out_dir / "run.json")
+            source = str(self.out_dir / RUN_FILE)
             if model_cfg != self.model_cfg:
                 raise ConfigMismatchError(f"model_cfg: {source} records another model config "
                                           f"({model_cfg})")
@@ -408,7 +410,7 @@ class Trainer:
             return None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         # replaced, never opened: a fifo or a symlink to a device there cannot block or leak
-        rundir.write_atomic(self.out_dir / "run.json", json.dumps(self._run_info(), indent=2,
+        rundir.write_atomic(self.out_dir / RUN_FILE, json.dumps(self._run_info(), indent=2,
                                                                    sort_keys=True))
         return open(self.out_dir / METRICS_FILE, "a")
 
