@@ -56,6 +56,7 @@ from tfmatcomp.runs.layout import (
 from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.training.objectives import DEFAULT_KIND, OBJECTIVES, objective_for
 from tfmatcomp.validation import check_device
 
 __all__ = [
@@ -67,9 +68,6 @@ __all__ = [
 FORMAT = "tfmatcomp-checkpoint"
 FORMAT_VERSION = 1
 _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".zip"}
-#: ``config.json``'s "kind" -> (config class, model class); a config without "kind" is an encoder's.
-_KINDS: dict[str, tuple[type, type]] = {"encoder": (EncoderConfig, HookedEncoder),
-                                        "decoder": (DecoderConfig, HookedDecoder)}
 Model = HookedEncoder | HookedDecoder
 ModelConfig = EncoderConfig | DecoderConfig
 
@@ -254,12 +252,13 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 
 def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
-    """``(config class, model class)`` of the checkpoint's ``kind`` (encoder when absent)."""
-    kind = config.get("kind", "encoder")
-    if not isinstance(kind, str) or kind not in _KINDS:
+    """``(config class, model class)`` of the checkpoint's ``kind`` (one of
+    :data:`~tfmatcomp.training.objectives.OBJECTIVES`; an encoder when absent)."""
+    kind = config.get("kind", DEFAULT_KIND)
+    if not isinstance(kind, str) or kind not in OBJECTIVES:
         raise CheckpointError(f"path: {path / CONFIG_FILE} has kind {kind!r}; expected one of "
-                              f"{sorted(_KINDS)}")
-    return _KINDS[kind]
+                              f"{sorted(OBJECTIVES)}")
+    return OBJECTIVES[kind].config_class, OBJECTIVES[kind].model_class
 
 
 def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
@@ -273,8 +272,8 @@ def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
 
 
 def _kind_of(model: Any) -> str:
-    for kind, (_, cls) in _KINDS.items():
-        if isinstance(model, cls):
+    for kind, objective in OBJECTIVES.items():
+        if isinstance(model, objective.model_class):
             return kind
     raise TypeError(f"model: expected a HookedEncoder or a HookedDecoder, got "
                     f"{type(model).__name__}")
@@ -314,7 +313,7 @@ def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] 
     if len(dtypes) != 1 or not dtypes <= set(SAFETENSORS_DTYPES):
         raise CheckpointError(f"path: {name} in {path} hold dtypes {sorted(dtypes)}; expected one of "
                               f"{sorted(SAFETENSORS_DTYPES)} for every tensor")
-    model_cls = HookedDecoder if isinstance(cfg, DecoderConfig) else HookedEncoder
+    model_cls = objective_for(cfg).model_class
     expected = {k: tuple(v.shape)
                 for k, v in model_cls.uninitialized(cfg, device="meta").state_dict().items()}
     found = {k: shape for k, (shape, _) in specs.items()}

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from tfmatcomp.runs.layout import (
     BAD_LINES_FILE, CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, LEFTOVER, LOCK_FILE, METRICS_FILE,
     RUN_FILE, RUN_FILES, SEED_DIR, START_FILES, STATE_FILE, STATE_TENSORS_FILE, TMP_SUFFIX,
-    checkpoints_root, list_checkpoints,
+    checkpoints_root, latest_checkpoint, list_checkpoints, seed_dir,
 )
 from tfmatcomp.validation import MAX_LOG_BYTES, read_bounded, read_json_bounded
 
@@ -63,8 +63,9 @@ except ImportError:  # Windows
     import msvcrt
 
 __all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "is_empty", "foreign_entries",
-           "check_fresh", "check_kind", "remove_leftovers", "read_log", "cut_back", "run_configs",
-           "strip_state", "fingerprint", "write_atomic"]
+           "check_fresh", "check_kind", "check_group", "check_group_resumable",
+           "remove_leftovers", "read_log", "cut_back", "run_configs", "strip_state",
+           "fingerprint", "write_atomic"]
 
 _WINDOWS_LOCK_OFFSET = 1 << 30  # lock a byte far past the holder's note, so it stays readable
 
@@ -156,6 +157,49 @@ def check_kind(out_dir: str | os.PathLike, group: bool) -> None:
             for p in _entries(out_dir)):
         raise RunDirError(f"out_dir: {out_dir} is a multi-seed group; resume it with train_many(), "
                           f"or one seed alone with out_dir={out_dir / 'seed-N'}")
+
+
+def check_group(out_dir: str | os.PathLike, seeds: list[int], resuming: bool,
+                overwrite: bool = False) -> None:
+    """Check that the multi-seed group of ``seeds`` may train in ``out_dir`` (whose lock the
+    caller holds): a resume needs a group of the same seeds there (or nothing), a fresh start an
+    empty directory (:func:`check_fresh`, which ``overwrite`` clears).
+
+    Raises:
+        RunDirError: ``out_dir`` holds a single run, another run, or an unreadable ``seeds.json``.
+        ValueError: ``out_dir`` holds a group of other seeds.
+    """
+    out_dir = Path(out_dir)
+    if not resuming:
+        check_fresh(out_dir, overwrite)
+        return
+    check_kind(out_dir, group=True)
+    path = out_dir / GROUP_FILE
+    if not path.exists():
+        return
+    try:
+        theirs = [int(s) for s in read_json_bounded(GROUP_FILE, path)["seeds"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
+                          "to start this directory again") from None
+    if sorted(theirs) != seeds:
+        diff = sorted(set(theirs) ^ set(seeds))
+        raise ValueError(f"seeds: {diff} differ: {out_dir} holds the group of seeds "
+                         f"{sorted(theirs)}, this call asks for {seeds}; resume with the "
+                         "same seeds or choose another directory")
+
+
+def check_group_resumable(out_dir: str | os.PathLike, seeds: list[int]) -> None:
+    """Refuse a group in which some seeds have a resumable checkpoint and others none.
+
+    Raises:
+        ValueError: naming the seeds without one.
+    """
+    missing = [s for s in seeds
+               if latest_checkpoint(seed_dir(out_dir, s), with_state=True) is None]
+    if missing and len(missing) < len(seeds):
+        raise ValueError(f"seeds: {missing} have no resumable checkpoint under {out_dir}; "
+                         "resume them separately or start a new directory")
 
 
 def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
@@ -257,14 +301,15 @@ def run_configs(out_dir: str | os.PathLike
     Raises:
         RunDirError: ``run.json`` is unreadable.
     """
-    from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig  # standalone
+    from tfmatcomp.config import TaskConfig, TrainConfig  # standalone
+    from tfmatcomp.training.objectives import DEFAULT_KIND, objective_named
 
     path = Path(out_dir) / RUN_FILE
     if not path.exists():
         return None
     try:
         run = read_json_bounded(RUN_FILE, path)
-        model_cls = DecoderConfig if run.get("kind") == "decoder" else EncoderConfig
+        model_cls = objective_named(run.get("kind", DEFAULT_KIND)).config_class
         return (model_cls.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
                 TrainConfig.from_dict(run["train"]))
     except (ValueError, KeyError, TypeError) as e:

@@ -43,7 +43,8 @@ from tfmatcomp.runs.checkpoint import list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
 from tfmatcomp.runs.layout import METRICS_FILE, SWEEP_FILE, seed_dir
 from tfmatcomp.training.multiseed import parse_seeds, train_many
-from tfmatcomp.training.trainer import _check_resume_overwrite, read_metrics
+from tfmatcomp.training.loop import check_resume_overwrite
+from tfmatcomp.training.trainer import read_metrics
 
 __all__ = ["SweepConfig", "SweepResult", "ALIASES", "DEFAULT_GRID", "PAPER_GRIDS", "expand_grid",
            "sweep", "read_sweep", "sweep_table"]
@@ -279,7 +280,7 @@ def sweep(
     Returns:
         A :class:`SweepResult`; ``result.table`` has one row per configuration and seed.
     """
-    _check_resume_overwrite(resume, overwrite)
+    check_resume_overwrite(resume, overwrite)
     if "seed" in train_overrides:
         raise ValueError("seed: give the seeds with seeds=..., not seed=")
     configs = expand_grid(grid, preset, model_cfg=model_cfg, task_cfg=task_cfg,
