@@ -15,11 +15,12 @@ document, so the context basis has cluster labels too.
   :func:`~tfmatcomp.save_checkpoint` (safetensors + JSON) into the trainers' run-directory layout
   (``RUN_DIR/checkpoints/step_XXXXXXX/``, ``RUN_DIR/metrics.jsonl``).
 
-The matrix-completion :class:`~tfmatcomp.Trainer` is not reused for the loop itself: it is built
-around a :class:`~tfmatcomp.MatrixCompletionTask` (its batches, losses and evaluation) and a
-constant-rate Adam. What fits is reused: the decoder's own forward and loss, the checkpoint format,
-the run directory's rules (:func:`tfmatcomp.runs.rundir.check_fresh`) and its metrics log, which
-:func:`tfmatcomp.read_metrics` reads.
+:func:`train_lm` runs the trainers' one loop (:func:`tfmatcomp.training.loop.run_loop`): its
+:class:`LMStep` is the update (AdamW on next-token cross-entropy, the learning-rate schedule,
+gradient clipping), its :class:`LMRun` the run it writes, so the schedule of logs and checkpoints,
+the run directory's lock and rules (:mod:`tfmatcomp.runs.rundir`) and the divergence check
+(:class:`FloatingPointError`) are those of :func:`tfmatcomp.train`. Its metrics log is read by
+:func:`tfmatcomp.read_metrics`.
 
 Example:
     >>> import torch, tfmatcomp as tm
@@ -51,12 +52,15 @@ from torch import Tensor
 
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
+from tfmatcomp.runs import rundir
+from tfmatcomp.runs.layout import METRICS_FILE, checkpoint_path
 from tfmatcomp.song_zhong.corpus import Document
+from tfmatcomp.training.loop import Schedule, TrainingStep, run_loop
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
 
 __all__ = ["CharTokenizer", "tokenizer_from_metadata", "pydoc_documents", "encode_documents",
-           "text_sampler", "Sampler", "LMResult", "train_lm", "cosine_lr"]
+           "text_sampler", "Sampler", "LMResult", "LMStep", "LMRun", "train_lm", "cosine_lr"]
 
 #: A batch source: ``sampler(batch_size, generator)`` returns tokens ``[batch, T]`` or
 #: ``(tokens, weights)`` with ``weights [batch, T]`` saying which next-token targets count
@@ -296,8 +300,10 @@ def train_lm(
         progress: a tqdm progress bar.
 
     Raises:
-        ValueError: an argument out of range (the message names it), a sampler whose tokens do not
-            fit the model, or a non-finite loss.
+        ValueError: an argument out of range (the message names it), or a sampler whose tokens do
+            not fit the model.
+        FloatingPointError: a non-finite loss (training stops before that update).
+        RunDirError: ``out_dir`` holds a run (without ``overwrite``), or another trainer holds it.
 
     Example:
         >>> import tfmatcomp as tm
@@ -307,12 +313,6 @@ def train_lm(
         >>> bool(r.metrics["eval_loss"].iloc[-1] < 1.0)    # the cycle 0 1 2 3 4 is learned
         True
     """
-    from tqdm.auto import tqdm
-
-    from tfmatcomp.runs import rundir
-    from tfmatcomp.runs.checkpoint import save_checkpoint
-    from tfmatcomp.runs.layout import METRICS_FILE, checkpoint_path
-
     check_positive_int("n_steps", n_steps)
     check_positive_int("batch_size", batch_size)
     check_positive_float("lr", lr)
@@ -336,10 +336,6 @@ def train_lm(
         raise ValueError(f"tokenizer: {tokenizer.vocab_size} characters, but the model's d_vocab is "
                          f"{model.cfg.d_vocab}")
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        rundir.check_fresh(out, overwrite)
-        out.mkdir(parents=True, exist_ok=True)
-    device = model.device
     train_gen = torch.Generator().manual_seed(seed + 1)
     eval_gen = torch.Generator().manual_seed(seed + 2)
     evaluation = [_split((eval_sampler or sampler)(batch_size, eval_gen)) for _ in range(eval_batches)]
@@ -356,45 +352,113 @@ def train_lm(
                          "weight_decay": weight_decay, "grad_clip": grad_clip, "seed": seed},
             **(metadata or {})}
     json.dumps(meta)  # refuse what the checkpoint could not record, before training
-    records: list[dict[str, Any]] = []
-    path = None
-    log = open(out / METRICS_FILE, "a") if out is not None else None
-
-    def save(step: int) -> Path:
-        return save_checkpoint(model, checkpoint_path(out, step), step=step,
-                               metadata=meta)
-
+    run = LMRun(model, out, Schedule(n_steps, log_every, (), checkpoint_every), meta,
+                overwrite=overwrite, progress=progress)
+    step = LMStep(run, sampler, optimizer, schedule, train_gen, evaluation, batch_size, grad_clip)
     try:
-        model.train()
-        for step in tqdm(range(1, n_steps + 1), disable=not progress, desc="train_lm"):
-            tokens, weights = _split(sampler(batch_size, train_gen))
-            model.check_tokens(tokens)
-            tokens = tokens.to(device)
-            loss = next_token_loss(model(tokens), tokens, None if weights is None else weights.to(device))
-            if not torch.isfinite(loss):
-                raise ValueError(f"lr: training diverged at step {step} (loss {loss.item()}); "
-                                 f"try a lower lr (now {lr})")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            current_lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
-            schedule.step()
-            if step % log_every == 0 or step == n_steps:
-                record = {"step": step, "lr": current_lr, "train_loss": loss.item(),
-                          "eval_loss": _evaluate(model, evaluation)}
-                records.append(record)
-                if log is not None:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-            if out is not None and (step == n_steps or (checkpoint_every and step % checkpoint_every == 0)):
-                path = save(step)
+        run_loop(run, step, n_steps, desc="train_lm")
     finally:
-        if log is not None:
-            log.close()
         model.eval()
-    return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(records), path=path)
+    return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(run.records),
+                    path=run.path)
+
+
+class LMStep(TrainingStep):
+    """One update of :func:`train_lm`: a batch from ``sampler``, next-token cross-entropy (weighted
+    when the sampler gives weights), AdamW with gradient clipping, one step of the learning-rate
+    schedule. A non-finite loss raises :class:`FloatingPointError` before the update."""
+
+    def __init__(self, run: LMRun, sampler: Sampler, optimizer: torch.optim.Optimizer,
+                 schedule: torch.optim.lr_scheduler.LRScheduler, generator: torch.Generator,
+                 evaluation: list[tuple[Tensor, Tensor | None]], batch_size: int,
+                 grad_clip: float | None):
+        self.run, self.model = run, run.model
+        self.sampler, self.optimizer, self.schedule = sampler, optimizer, schedule
+        self.generator, self.evaluation = generator, evaluation
+        self.batch_size, self.grad_clip = batch_size, grad_clip
+
+    def update(self) -> tuple[float, Tensor]:
+        """One update; returns the learning rate it used and its (pre-update) loss."""
+        model = self.model
+        tokens, weights = _split(self.sampler(self.batch_size, self.generator))
+        model.check_tokens(tokens)
+        tokens = tokens.to(model.device)
+        loss = next_token_loss(model(tokens), tokens,
+                               None if weights is None else weights.to(model.device))
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training diverged at step {self.run.step + 1}: loss is "
+                                     f"{loss.item()}; "
+                                     f"try a lower lr (now {self.optimizer.defaults['lr']})")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+        current_lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.schedule.step()
+        return current_lr, loss
+
+    def train_metrics(self, update: tuple[float, Tensor]) -> list[dict[str, Any]]:
+        current_lr, loss = update
+        return [{"lr": current_lr, "train_loss": loss.item()}]
+
+    def evaluate(self) -> list[dict[str, float]]:
+        return [{"eval_loss": _evaluate(self.model, self.evaluation)}]
+
+
+class LMRun:
+    """The run :func:`train_lm` writes (the loop's host and its one run record): the metrics log
+    (``step``, ``lr``, ``train_loss``, ``eval_loss`` per row) and the checkpoints, with the
+    tokenizer and the recipe in their metadata. Its directory is locked while it trains and must
+    be empty unless ``overwrite`` (:func:`tfmatcomp.runs.rundir.check_fresh`)."""
+
+    def __init__(self, model: HookedDecoder, out_dir: Path | None, schedule: Schedule,
+                 metadata: dict[str, Any], overwrite: bool = False, progress: bool = False):
+        self.model, self.out_dir, self.schedule, self.metadata = model, out_dir, schedule, metadata
+        self.overwrite, self.progress = overwrite, progress
+        self.step, self.elapsed_s = 0, 0.0
+        self.records: list[dict[str, Any]] = []
+        #: the last checkpoint written (None before the first)
+        self.path: Path | None = None
+        self._lock = rundir.RunDirLock(out_dir) if out_dir is not None else None
+
+    @property
+    def runs(self) -> list["LMRun"]:
+        return [self]
+
+    def start(self) -> None:
+        if self._lock is not None:
+            self._lock.acquire()
+            try:
+                rundir.check_fresh(self.out_dir, self.overwrite)
+            except BaseException:
+                self._lock.release()
+                raise
+        self.model.train()
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    def open_log(self):
+        return open(self.out_dir / METRICS_FILE, "a") if self.out_dir is not None else None
+
+    def log(self, train: dict[str, Any], evaluation: dict[str, Any], log_file=None) -> dict[str, Any]:
+        record = {"step": self.step, **train, **evaluation}
+        self.records.append(record)
+        if log_file is not None:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        return record
+
+    def save_checkpoints(self) -> None:
+        from tfmatcomp.runs.checkpoint import save_checkpoint
+
+        self.path = save_checkpoint(self.model, checkpoint_path(self.out_dir, self.step),
+                                    step=self.step, metadata=self.metadata)
+
+    def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
+        return {"loss": f"{rows[0]['train_loss']:.3f}"}
 
 
 @torch.no_grad()
