@@ -1,10 +1,11 @@
-"""train_lm runs the trainers' loop: their divergence error, their run-directory lock and rules."""
+"""train_lm runs the trainers' loop: their divergence error, run-directory lock and rules, resume."""
 
 import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.runs.layout import METRICS_FILE, list_checkpoints
+from tfmatcomp.runs.checkpoint import ConfigMismatchError
+from tfmatcomp.runs.layout import METRICS_FILE, has_training_state, list_checkpoints
 from tfmatcomp.runs.rundir import RunDirError, RunDirLock, RunDirLockedError
 from tfmatcomp.song_zhong.lm import text_sampler, train_lm
 
@@ -34,3 +35,37 @@ def test_the_run_directory_is_locked_and_must_be_empty(tmp_path):
     assert tm.read_metrics(tmp_path / "run")["step"].tolist() == [2, 4]
     assert again.metrics.equals(first.metrics)
     assert (tmp_path / "run" / METRICS_FILE).exists()
+
+
+def test_resume_continues_an_interrupted_run_exactly(tmp_path):
+    kw = dict(KW, n_steps=6, log_every=1, checkpoint_every=3, eval_sampler=SAMPLER)
+    straight = train_lm(CFG, SAMPLER, **kw)
+    calls = [0]
+
+    def killed_at_step_5(batch_size, generator):
+        calls[0] += 1
+        if calls[0] == 5:
+            raise KeyboardInterrupt
+        return SAMPLER(batch_size, generator)
+
+    with pytest.raises(KeyboardInterrupt):
+        train_lm(CFG, killed_at_step_5, out_dir=tmp_path / "run", **kw)
+    assert list(list_checkpoints(tmp_path / "run")) == [3]
+    resumed = train_lm(CFG, SAMPLER, out_dir=tmp_path / "run", resume=True, **kw)
+    assert all(torch.equal(p, q) for p, q in zip(straight.model.parameters(),
+                                                 resumed.model.parameters()))
+    assert resumed.metrics.equals(straight.metrics)
+    assert tm.read_metrics(tmp_path / "run").equals(straight.metrics)
+    assert [s for s, p in list_checkpoints(tmp_path / "run").items()
+            if has_training_state(p)] == [6]
+
+
+def test_resume_refuses_another_recipe_and_starts_an_empty_directory(tmp_path):
+    kw = dict(KW, checkpoint_every=2)
+    train_lm(CFG, SAMPLER, out_dir=tmp_path / "run", **kw)
+    with pytest.raises(ConfigMismatchError, match="train_lm"):
+        train_lm(CFG, SAMPLER, out_dir=tmp_path / "run", resume=True, **dict(kw, lr=5e-4))
+    fresh = train_lm(CFG, SAMPLER, out_dir=tmp_path / "empty", resume=True, **kw)
+    assert fresh.metrics["step"].tolist() == [2, 4]
+    with pytest.raises(ValueError, match="resume, overwrite"):
+        train_lm(CFG, SAMPLER, out_dir=tmp_path / "run", resume=True, overwrite=True, **kw)

@@ -53,9 +53,12 @@ from torch import Tensor
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
 from tfmatcomp.runs import rundir
-from tfmatcomp.runs.layout import METRICS_FILE, checkpoint_path
+from tfmatcomp.runs.layout import (
+    METRICS_FILE, checkpoint_path, has_training_state, latest_checkpoint, list_checkpoints,
+)
+from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.song_zhong.corpus import Document
-from tfmatcomp.training.loop import Schedule, TrainingStep, run_loop
+from tfmatcomp.training.loop import Schedule, TrainingStep, check_resume_overwrite, run_loop
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
 
@@ -264,6 +267,7 @@ def train_lm(
     log_every: int = 100,
     eval_batches: int = 4,
     out_dir: str | os.PathLike | None = None,
+    resume: bool = False,
     overwrite: bool = False,
     checkpoint_every: int = 0,
     metadata: dict[str, Any] | None = None,
@@ -293,8 +297,14 @@ def train_lm(
         log_every: log (and evaluate) every this many updates, and at the last one.
         eval_batches: evaluation batches of ``batch_size``.
         out_dir: a run directory: ``metrics.jsonl`` and ``checkpoints/step_XXXXXXX/`` (the last
-            step always, and every ``checkpoint_every`` steps when positive). It must be empty
-            unless ``overwrite``, which clears a run directory first.
+            step always, and every ``checkpoint_every`` steps when positive; the latest one holds
+            the training state). It must be empty unless ``resume`` or ``overwrite``, which
+            clears a run directory first. It is locked while training writes it.
+        resume: continue the run in ``out_dir`` from its latest checkpoint with training state
+            (weights, AdamW moments, the schedule's position, the training stream), exactly as
+            the uninterrupted run at the same thread count; the run is cut back to that step.
+            The same recipe is required (``n_steps``, ``lr``, ... as recorded in the checkpoint's
+            ``train_lm`` metadata). An empty ``out_dir`` starts from step 0.
         metadata: more JSON-ready entries for the checkpoints' metadata (e.g. ``family``, the
             label the geometry report shows).
         progress: a tqdm progress bar.
@@ -303,7 +313,9 @@ def train_lm(
         ValueError: an argument out of range (the message names it), or a sampler whose tokens do
             not fit the model.
         FloatingPointError: a non-finite loss (training stops before that update).
-        RunDirError: ``out_dir`` holds a run (without ``overwrite``), or another trainer holds it.
+        RunDirError: ``out_dir`` holds a run (without ``resume`` or ``overwrite``), another
+            trainer holds it, or it has checkpoints but none with training state.
+        ConfigMismatchError: resuming a run of another model config or recipe.
 
     Example:
         >>> import tfmatcomp as tm
@@ -323,6 +335,9 @@ def train_lm(
     if grad_clip is not None:
         check_positive_float("grad_clip", grad_clip)
     check_seed("seed", seed)
+    check_resume_overwrite(resume, overwrite)
+    if resume and out_dir is None:
+        raise ValueError("out_dir: resume needs a run directory")
     check_positive_int("log_every", log_every)
     check_positive_int("eval_batches", eval_batches)
     if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
@@ -352,12 +367,16 @@ def train_lm(
                          "weight_decay": weight_decay, "grad_clip": grad_clip, "seed": seed},
             **(metadata or {})}
     json.dumps(meta)  # refuse what the checkpoint could not record, before training
-    run = LMRun(model, out, Schedule(n_steps, log_every, (), checkpoint_every), meta,
-                overwrite=overwrite, progress=progress)
-    step = LMStep(run, sampler, optimizer, schedule, train_gen, evaluation, batch_size, grad_clip)
+    run = LMRun(model, optimizer, schedule, train_gen, out,
+                Schedule(n_steps, log_every, (), checkpoint_every), meta, overwrite=overwrite,
+                progress=progress)
+    step = LMStep(run, sampler, evaluation, batch_size, grad_clip)
     try:
+        if resume:
+            run.resume()
         run_loop(run, step, n_steps, desc="train_lm")
     finally:
+        run.close()
         model.eval()
     return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(run.records),
                     path=run.path)
@@ -368,19 +387,17 @@ class LMStep(TrainingStep):
     when the sampler gives weights), AdamW with gradient clipping, one step of the learning-rate
     schedule. A non-finite loss raises :class:`FloatingPointError` before the update."""
 
-    def __init__(self, run: LMRun, sampler: Sampler, optimizer: torch.optim.Optimizer,
-                 schedule: torch.optim.lr_scheduler.LRScheduler, generator: torch.Generator,
+    def __init__(self, run: LMRun, sampler: Sampler,
                  evaluation: list[tuple[Tensor, Tensor | None]], batch_size: int,
                  grad_clip: float | None):
-        self.run, self.model = run, run.model
-        self.sampler, self.optimizer, self.schedule = sampler, optimizer, schedule
-        self.generator, self.evaluation = generator, evaluation
+        self.run, self.model, self.optimizer = run, run.model, run.optimizer
+        self.sampler, self.evaluation = sampler, evaluation
         self.batch_size, self.grad_clip = batch_size, grad_clip
 
     def update(self) -> tuple[float, Tensor]:
         """One update; returns the learning rate it used and its (pre-update) loss."""
         model = self.model
-        tokens, weights = _split(self.sampler(self.batch_size, self.generator))
+        tokens, weights = _split(self.sampler(self.batch_size, self.run.train_gen))
         model.check_tokens(tokens)
         tokens = tokens.to(model.device)
         loss = next_token_loss(model(tokens), tokens,
@@ -395,7 +412,7 @@ class LMStep(TrainingStep):
             torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
         current_lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.step()
-        self.schedule.step()
+        self.run.lr_schedule.step()
         return current_lr, loss
 
     def train_metrics(self, update: tuple[float, Tensor]) -> list[dict[str, Any]]:
@@ -407,30 +424,39 @@ class LMStep(TrainingStep):
 
 
 class LMRun:
-    """The run :func:`train_lm` writes (the loop's host and its one run record): the metrics log
+    """The run :func:`train_lm` writes (the loop's host and its one run record): the model and its
+    training state (AdamW, the learning-rate schedule, the training stream), the metrics log
     (``step``, ``lr``, ``train_loss``, ``eval_loss`` per row) and the checkpoints, with the
     tokenizer and the recipe in their metadata. Its directory is locked while it trains and must
-    be empty unless ``overwrite`` (:func:`tfmatcomp.runs.rundir.check_fresh`)."""
+    be empty unless it is resumed or ``overwrite`` (:mod:`tfmatcomp.runs.rundir`)."""
 
-    def __init__(self, model: HookedDecoder, out_dir: Path | None, schedule: Schedule,
-                 metadata: dict[str, Any], overwrite: bool = False, progress: bool = False):
-        self.model, self.out_dir, self.schedule, self.metadata = model, out_dir, schedule, metadata
+    def __init__(self, model: HookedDecoder, optimizer: torch.optim.Optimizer,
+                 lr_schedule: torch.optim.lr_scheduler.LRScheduler, train_gen: torch.Generator,
+                 out_dir: Path | None, schedule: Schedule, metadata: dict[str, Any],
+                 overwrite: bool = False, progress: bool = False):
+        self.model, self.optimizer, self.lr_schedule = model, optimizer, lr_schedule
+        self.train_gen = train_gen
+        self.out_dir, self.schedule, self.metadata = out_dir, schedule, metadata
         self.overwrite, self.progress = overwrite, progress
         self.step, self.elapsed_s = 0, 0.0
         self.records: list[dict[str, Any]] = []
         #: the last checkpoint written (None before the first)
         self.path: Path | None = None
         self._lock = rundir.RunDirLock(out_dir) if out_dir is not None else None
+        self._claimed = False
 
     @property
     def runs(self) -> list["LMRun"]:
         return [self]
 
     def start(self) -> None:
-        if self._lock is not None:
+        """Lock the run directory; a run not resumed needs an empty one (or ``overwrite``)."""
+        if self._lock is not None and not self._lock.held:
             self._lock.acquire()
             try:
-                rundir.check_fresh(self.out_dir, self.overwrite)
+                if not self._claimed:
+                    rundir.check_fresh(self.out_dir, self.overwrite)
+                    self._claimed = True
             except BaseException:
                 self._lock.release()
                 raise
@@ -440,6 +466,70 @@ class LMRun:
         if self._lock is not None:
             self._lock.release()
 
+    # ------------------------------------------------------------------- training state
+    def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """``(tensors, json_state)``: what besides the weights a resume needs."""
+        opt = self.optimizer.state_dict()
+        tensors = {"rng.train": self.train_gen.get_state()}
+        for idx, st in opt["state"].items():
+            for key, value in st.items():
+                tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value)
+        schedule = {k: v for k, v in self.lr_schedule.state_dict().items() if k != "lr_lambdas"}
+        return tensors, {"step": self.step, "param_groups": opt["param_groups"],
+                         "lr_schedule": schedule}
+
+    def resume(self) -> bool:
+        """Continue from the latest checkpoint with training state (False: none, so the run
+        starts at step 0 in an empty directory). The run is cut back to that checkpoint.
+
+        Raises:
+            RunDirError: checkpoints without training state, or another trainer holds the lock.
+            ConfigMismatchError: the checkpoint is of another model config or recipe.
+        """
+        from tfmatcomp.runs.checkpoint import (ConfigMismatchError, load_checkpoint_info,
+                                               load_training_state)
+
+        self._lock.acquire()
+        self._claimed = True
+        rundir.check_kind(self.out_dir, group=False)
+        rundir.remove_leftovers(self.out_dir)
+        path = latest_checkpoint(self.out_dir, with_state=True)
+        if path is None:
+            if list_checkpoints(self.out_dir, complete=False):
+                raise RunDirError(f"out_dir: {self.out_dir} has checkpoints but none with training "
+                                  "state, so it cannot be resumed exactly; pass overwrite=True to "
+                                  "train it again from step 0")
+            foreign = rundir.foreign_entries(self.out_dir)
+            if foreign:
+                raise RunDirError(f"out_dir: {self.out_dir} holds files that no run writes "
+                                  f"({foreign[:6]}) and no checkpoint; choose another directory")
+            self.records = rundir.cut_back(self.out_dir, 0)  # killed before its first checkpoint
+            return False
+        model, info = load_checkpoint_info(path, config=self.model.cfg)
+        theirs, ours = info.metadata.get("train_lm"), self.metadata["train_lm"]
+        if theirs != ours:
+            raise ConfigMismatchError(f"train_lm: {path} was trained with {theirs}, this call asks "
+                                      f"for {ours}; resuming would not continue the same run")
+        tensors, state = load_training_state(path)
+        with torch.no_grad():
+            for p, q in zip(self.model.parameters(), model.parameters()):
+                p.copy_(q)
+        opt_state: dict[int, dict[str, Tensor]] = {}
+        for key, value in tensors.items():
+            if key.startswith("optimizer."):
+                _, idx, name = key.split(".", 2)
+                opt_state.setdefault(int(idx), {})[name] = value
+        groups = [{**saved, **{k: ours_[k] for k in ("betas", "fused", "foreach") if k in ours_}}
+                  for saved, ours_ in zip(state["param_groups"], self.optimizer.param_groups)]
+        self.optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
+        self.lr_schedule.load_state_dict({**self.lr_schedule.state_dict(), **state["lr_schedule"]})
+        self.train_gen.set_state(tensors["rng.train"])
+        self.step = int(state["step"])
+        self.path = path
+        self.records = rundir.cut_back(self.out_dir, self.step)
+        return True
+
+    # ------------------------------------------------------------------- the run's files
     def open_log(self):
         return open(self.out_dir / METRICS_FILE, "a") if self.out_dir is not None else None
 
@@ -452,10 +542,16 @@ class LMRun:
         return record
 
     def save_checkpoints(self) -> None:
+        """The checkpoint at this step, with the training state; older checkpoints keep their
+        weights and drop their state."""
         from tfmatcomp.runs.checkpoint import save_checkpoint
 
         self.path = save_checkpoint(self.model, checkpoint_path(self.out_dir, self.step),
-                                    step=self.step, metadata=self.metadata)
+                                    step=self.step, metadata=self.metadata,
+                                    training_state=self.training_state())
+        for step, p in list_checkpoints(self.out_dir).items():
+            if step != self.step and has_training_state(p):
+                rundir.strip_state(p)
 
     def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
         return {"loss": f"{rows[0]['train_loss']:.3f}"}
