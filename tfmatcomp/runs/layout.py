@@ -40,11 +40,11 @@ import re
 from pathlib import Path
 
 __all__ = [
-    "LOCK_FILE", "RUN_FILE", "GROUP_FILE", "SWEEP_FILE", "PRETRAINED_FILE", "METRICS_FILE", "BAD_LINES_FILE",
-    "TMP_SUFFIX", "CHECKPOINTS_DIR", "CONFIG_FILE", "WEIGHTS_FILE", "INDEX_FILE", "SHARD_NAME",
-    "STATE_TENSORS_FILE", "STATE_FILE", "SEED_DIR", "START_FILES", "RUN_FILES", "LEFTOVER",
-    "checkpoint_dir_name", "checkpoint_path", "checkpoints_root", "shard_name", "seed_dir",
-    "list_checkpoints", "latest_checkpoint", "has_training_state",
+    "LOCK_FILE", "RUN_FILE", "GROUP_FILE", "SWEEP_FILE", "PRETRAINED_FILE", "METRICS_FILE",
+    "BAD_LINES_FILE", "TMP_SUFFIX", "CHECKPOINTS_DIR", "CONFIG_FILE", "WEIGHTS_FILE",
+    "INDEX_FILE", "SHARD_NAME", "STATE_TENSORS_FILE", "STATE_FILE", "SEED_DIR", "START_FILES",
+    "RUN_FILES", "LEFTOVER", "checkpoint_dir_name", "checkpoint_path", "checkpoints_root",
+    "shard_name", "seed_dir", "list_checkpoints", "latest_checkpoint", "has_training_state",
 ]
 
 # ------------------------------------------------------------------------ a run directory

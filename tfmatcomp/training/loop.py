@@ -3,20 +3,24 @@
 Every way of training runs :func:`run_loop`; they differ only in the :class:`TrainingStep` they
 plug in and in how many runs they advance together:
 
-| training | host (the runs it writes) | step |
-| --- | --- | --- |
-| :func:`tfmatcomp.train` | :class:`~tfmatcomp.Trainer` (one run) | ``ExplicitStep`` (float32) or ``FastTrainerStep`` (bf16, :mod:`~tfmatcomp.training.fast_step`) |
-| :func:`tfmatcomp.train_many` | :class:`~tfmatcomp.MultiSeedTrainer` (one run per seed) | ``VmapStep`` (the seeds batched with ``vmap``) |
-| :func:`tfmatcomp.distributed.train` | ``DistributedTrainer`` (one run, rank 0 writes it) | ``DataParallelStep`` (DDP) |
-| :func:`tfmatcomp.song_zhong.lm.train_lm` | ``LMRun`` (one run) | ``LMStep`` (AdamW, cosine schedule) |
+* :func:`tfmatcomp.train`: a :class:`~tfmatcomp.Trainer` (one run) with
+  :class:`~tfmatcomp.training.steps.ExplicitStep` (float32) or
+  :class:`~tfmatcomp.training.steps.FastTrainerStep` (bf16, :mod:`~tfmatcomp.training.fast_step`);
+* :func:`tfmatcomp.train_many`: a :class:`~tfmatcomp.MultiSeedTrainer` (one run per seed) with
+  :class:`~tfmatcomp.training.multiseed.VmapStep` (the seeds batched with ``vmap``);
+* :func:`tfmatcomp.distributed.train`: a ``DistributedTrainer`` (one run, written by rank 0) with
+  ``DataParallelStep`` (DistributedDataParallel);
+* :func:`tfmatcomp.song_zhong.lm.train_lm`: an ``LMRun`` (one run) with ``LMStep`` (AdamW, warm-up
+  and cosine decay, clipping).
 
 What the loop does, in order, at each step: the step's update; every run's step counter; at a
-logging step (every ``log_every`` and the last) or a checkpoint step (:meth:`Schedule.checkpoint_due`)
-the step's deferred divergence check (:meth:`TrainingStep.check_finite`, which raises
-:class:`FloatingPointError`); at a logging step the training losses of that update, a fresh
-evaluation and one metrics row per run; at a checkpoint step the host's checkpoints. The host's run
-directories are locked from the start of :func:`run_loop` until it returns, however it ends.
-Resuming (:meth:`~tfmatcomp.Trainer.resume`) happens before, through the same host.
+logging step (every ``log_every`` and the last) or a checkpoint step
+(:meth:`Schedule.checkpoint_due`) the step's deferred divergence check
+(:meth:`TrainingStep.check_finite`, which raises :class:`FloatingPointError`); at a logging step
+the training losses of that update, a fresh evaluation and one metrics row per run; at a
+checkpoint step the host's checkpoints. The host's run directories are locked from the start of
+:func:`run_loop` until it returns, however it ends. Resuming (:meth:`~tfmatcomp.Trainer.resume`)
+happens before, through the same host.
 
 Example:
     >>> Schedule(n_steps=100, log_every=30, checkpoint_every=40).checkpoint_due(80)
