@@ -339,6 +339,7 @@ def _is_tfmatcomp_checkpoint(p: Path) -> bool:
     """A tfmatcomp checkpoint directory, one of its weight files, or a run directory."""
     import json
 
+    from tfmatcomp.runs.checkpoint import FORMAT
     from tfmatcomp.runs.layout import CHECKPOINTS_DIR, CONFIG_FILE
 
     if p.is_file():
@@ -349,7 +350,7 @@ def _is_tfmatcomp_checkpoint(p: Path) -> bool:
     if not cfg.is_file():
         return False
     try:
-        return json.loads(cfg.read_text(encoding="utf-8")).get("format") == "tfmatcomp-checkpoint"
+        return json.loads(cfg.read_text(encoding="utf-8")).get("format") == FORMAT
     except (ValueError, UnicodeDecodeError, AttributeError):
         return False
 
