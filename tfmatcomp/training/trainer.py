@@ -125,6 +125,10 @@ class Trainer:
     ``fast=False`` keeps the explicit float32 step. ``step_reason`` (also in ``run.json``) says
     which step runs and why. A run with a hook attached when :meth:`run` starts takes the
     explicit step.
+
+    :meth:`run` trains through :func:`~tfmatcomp.training.loop.run_loop`, for which the trainer is
+    the host (:meth:`start`, :meth:`save_checkpoints`, :meth:`close`) and its one run record
+    (:meth:`open_log`, :meth:`log`); :meth:`training_step` is the step it plugs in.
     """
 
     def __init__(
@@ -490,6 +494,8 @@ class Trainer:
     def update(self) -> tuple[torch.Tensor, MatrixBatch]:
         """One update of :meth:`explicit_step` on a fresh batch of the training stream (the step
         counter is the caller's); returns the predictions (a decoder's logits) it used and the batch.
+        :meth:`run` does not call it: it plugs :meth:`training_step` into the loop, so a subclass
+        changes the training step by overriding :meth:`explicit_step`.
 
         Raises:
             FloatingPointError: if the loss is not finite.
