@@ -31,9 +31,7 @@ t0 = time.perf_counter()
 import transformer_lens.hook_points
 t1 = time.perf_counter()
 from pathlib import Path
-import importlib.util
-root = Path(importlib.util.find_spec("tfmatcomp").origin).parent / "pretrained" / "tiny"
-for f in sorted(root.rglob("step_0010000/*")):
+for f in sorted(Path(CHECKPOINT).iterdir()):
     f.read_bytes()
 t2 = time.perf_counter()
 print(json.dumps({"import": t1 - t0, "load": t2 - t1}))
@@ -45,14 +43,25 @@ def _run(code: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _floor_code() -> str:
+    """FLOOR reading the files of the checkpoint that ``load_pretrained("tiny", step="post")``
+    loads (located here, outside the timed interpreter)."""
+    from tfmatcomp import pretrained
+    from tfmatcomp.runs.layout import checkpoint_path
+
+    ckpt = checkpoint_path(pretrained.run_dir("tiny"), pretrained.resolve_step("tiny", "post"))
+    return FLOOR.replace("CHECKPOINT", repr(str(ckpt)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
+    floor = _floor_code()
     rows = {"tfmatcomp": [], "floor": []}
     for _ in range(args.runs):  # interleaved, so that load drift hits both alike
         rows["tfmatcomp"].append(_run(OURS))
-        rows["floor"].append(_run(FLOOR))
+        rows["floor"].append(_run(floor))
     med = {k: {part: statistics.median(r[part] for r in v) for part in ("import", "load")}
            for k, v in rows.items()}
     print(f"{'':12s} {'import s':>9s} {'load s':>9s} {'total s':>9s}")

@@ -17,7 +17,7 @@ import time
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.training.multiseed import MultiSeedTrainer
+from tfmatcomp.training.multiseed import MultiSeedTrainer, VmapStep
 
 
 def _time(step, warmup: int, repeats: int) -> float:
@@ -52,18 +52,7 @@ def main() -> None:
     for k in (int(x) for x in args.seeds.split(",")):
         trainer = MultiSeedTrainer(preset, seeds=list(range(k)), progress=False, device="cpu",
                                    **overrides)
-        gens = [t.train_gen for t in trainer.trainers]
-
-        def step() -> None:
-            batches, tokens = trainer._sample(gens, bs)
-            values = torch.stack([b.values for b in batches])
-            loss = (trainer.forward(tokens) - values).pow(2).mean(dim=(1, 2)).sum()
-            trainer.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            trainer._zero_padding_grad()
-            trainer.optimizer.step()
-
-        t = _time(step, 5, args.repeats)
+        t = _time(VmapStep(trainer).update, 5, args.repeats)  # the step train_many runs
         base = base or t
         print(f"{k:>3} {t * 1e3:>9.1f} {t / base:>7.2f} {t / k * 1e3:>8.1f}")
 

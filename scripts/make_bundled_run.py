@@ -26,7 +26,11 @@ from pathlib import Path
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.training.multiseed import GROUP_FILE, write_group_file, parse_seeds, seed_dir
+from tfmatcomp.runs.layout import (
+    CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, METRICS_FILE, PRETRAINED_FILE, RUN_FILE, STATE_FILE,
+    STATE_TENSORS_FILE, seed_dir,
+)
+from tfmatcomp.training.multiseed import write_group_file, parse_seeds
 from tfmatcomp.report.run import SeedGroup, choose_steps
 
 PRETRAINED = Path(tm.__file__).resolve().parent / "pretrained"
@@ -71,24 +75,25 @@ def main() -> None:
     keep = sorted({pre, post, *around[:max(args.checkpoints - 2, 0)]})
     if target.exists():
         shutil.rmtree(target)
-    (target / "checkpoints").mkdir(parents=True)
-    for name in ("metrics.jsonl", "run.json"):
+    (target / CHECKPOINTS_DIR).mkdir(parents=True)
+    for name in (METRICS_FILE, RUN_FILE):
         shutil.copy(source / name, target / name)
     for step in keep:
-        dest = target / "checkpoints" / ckpts[step].name
-        shutil.copytree(ckpts[step], dest, ignore=shutil.ignore_patterns("state.*"))
-        config = json.loads((dest / "config.json").read_text())
-        for name in ("state.safetensors", "state.json"):
+        dest = target / CHECKPOINTS_DIR / ckpts[step].name
+        shutil.copytree(ckpts[step], dest,
+                        ignore=shutil.ignore_patterns(STATE_FILE, STATE_TENSORS_FILE))
+        config = json.loads((dest / CONFIG_FILE).read_text())
+        for name in (STATE_TENSORS_FILE, STATE_FILE):
             config["files"].pop(name, None)
-        (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        (dest / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
     (target / "group").mkdir()
     (target / "group" / GROUP_FILE).write_text(json.dumps({"seeds": group.seeds}, indent=2))
     for s in group.seeds:
         dest = seed_dir(target / "group", s)
         dest.mkdir()
-        for name in ("metrics.jsonl", "run.json"):
+        for name in (METRICS_FILE, RUN_FILE):
             shutil.copy(seed_dir(args.work, s) / name, dest / name)
-    run = json.loads((source / "run.json").read_text())
+    run = json.loads((source / RUN_FILE).read_text())
     info = {
         "name": preset, "preset": preset, "seed": seed,
         "pre_shift_step": pre, "post_shift_step": post, "group": "group",
@@ -107,7 +112,7 @@ def main() -> None:
         "step": run.get("step"),
         "detected_drop": drop.as_dict(),
     }
-    (target / "pretrained.json").write_text(json.dumps(info, indent=2))
+    (target / PRETRAINED_FILE).write_text(json.dumps(info, indent=2))
     print(json.dumps(info, indent=2))
     print(group.table().to_string(index=False))
 

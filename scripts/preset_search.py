@@ -32,7 +32,8 @@ import tfmatcomp as tm
 from tfmatcomp.analyses.baselines import complete_nuclear_norm
 from tfmatcomp.datapath import sample_batch
 from tfmatcomp.analyses.dynamics import detect_drop
-from tfmatcomp.training.multiseed import parse_seeds, seed_dir
+from tfmatcomp.runs.layout import seed_dir
+from tfmatcomp.training.multiseed import parse_seeds
 
 from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
 

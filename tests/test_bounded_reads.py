@@ -12,6 +12,7 @@ import pytest
 import tfmatcomp as tm
 from tfmatcomp.runs.rundir import run_configs
 from tfmatcomp.validation import read_bounded
+from tfmatcomp.runs.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE, STATE_TENSORS_FILE
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs fifos (POSIX)")
 
@@ -33,7 +34,7 @@ def _replace(path, how):
 
 @pytest.mark.parametrize("how", ["fifo", "/dev/zero"])
 def test_metrics_log_that_is_not_a_file_is_refused(run, how):
-    _replace(run / "metrics.jsonl", how)
+    _replace(run / METRICS_FILE, how)
     with pytest.raises(ValueError, match="metrics log: .* not a regular file"):
         tm.read_metrics(run)
     with pytest.raises(ValueError, match="not a regular file"):
@@ -42,21 +43,21 @@ def test_metrics_log_that_is_not_a_file_is_refused(run, how):
 
 @pytest.mark.parametrize("how", ["fifo", "/dev/zero"])
 def test_run_json_that_is_not_a_file_is_replaced_never_opened(run, how):
-    _replace(run / "run.json", how)
+    _replace(run / RUN_FILE, how)
     with pytest.raises(ValueError, match="run.json: .* not a regular file"):
         run_configs(run)
     result = tm.train("tiny", out_dir=run, n_steps=3, batch_size=4, resume=True, progress=False)
-    assert result.step == 3 and (run / "run.json").is_file() and not (run / "run.json").is_symlink()
-    assert json.loads((run / "run.json").read_text())["train"]["n_steps"] == 3
+    assert result.step == 3 and (run / RUN_FILE).is_file() and not (run / RUN_FILE).is_symlink()
+    assert json.loads((run / RUN_FILE).read_text())["train"]["n_steps"] == 3
 
 
 def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
     ckpt = max(tm.list_checkpoints(run).items())[1]
-    config = json.loads((ckpt / "config.json").read_text())
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
     with open(ckpt / "big.bin", "wb") as f:
         f.truncate(1 << 40)  # 1 TiB, sparse
     config["files"]["big.bin"] = "0" * 64
-    (ckpt / "config.json").write_text(json.dumps(config))
+    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
     with pytest.raises(tm.CheckpointError, match="big.bin holds 1,099,511,627,776 bytes"):
         tm.load_checkpoint(ckpt)
 
@@ -84,12 +85,12 @@ def _edit_state(ckpt, edit):
     """Edit a checkpoint's state.json and recompute its digest (as a hand edit would)."""
     import hashlib
 
-    state = json.loads((ckpt / "state.json").read_text())
+    state = json.loads((ckpt / STATE_FILE).read_text())
     edit(state)
-    (ckpt / "state.json").write_text(json.dumps(state))
-    config = json.loads((ckpt / "config.json").read_text())
-    config["files"]["state.json"] = hashlib.sha256((ckpt / "state.json").read_bytes()).hexdigest()
-    (ckpt / "config.json").write_text(json.dumps(config))
+    (ckpt / STATE_FILE).write_text(json.dumps(state))
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
+    config["files"][STATE_FILE] = hashlib.sha256((ckpt / STATE_FILE).read_bytes()).hexdigest()
+    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
 
 
 def test_a_state_whose_step_is_not_its_checkpoints_is_refused_and_nothing_is_deleted(tmp_path):
@@ -116,20 +117,20 @@ def test_a_state_with_another_learning_rate_is_refused(tmp_path):
 
 def test_checkpoint_metadata_must_be_an_object(run):
     ckpt = max(tm.list_checkpoints(run).items())[1]
-    config = json.loads((ckpt / "config.json").read_text())
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
     config["metadata"] = [1, 2]
-    (ckpt / "config.json").write_text(json.dumps(config))
+    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
     with pytest.raises(tm.CheckpointError, match="'metadata' of type list"):
         tm.load_checkpoint(ckpt)
 
 
 def test_a_5000_digit_size_in_a_checkpoint_is_a_checkpoint_error(run):
     ckpt = max(tm.list_checkpoints(run).items())[1]
-    text = (ckpt / "config.json").read_text()
+    text = (ckpt / CONFIG_FILE).read_text()
     config = json.loads(text)
     config["model"]["d_model"] = 12345
     text = json.dumps(config).replace("12345", "9" * 5000)
-    (ckpt / "config.json").write_text(text)
+    (ckpt / CONFIG_FILE).write_text(text)
     with pytest.raises(tm.CheckpointError, match="config.json is not valid JSON"):
         tm.load_checkpoint(ckpt)
 
@@ -142,13 +143,13 @@ def test_training_state_without_its_generators_is_named_not_a_key_error(tmp_path
     out = tmp_path / "run"
     tm.train("tiny", out_dir=out, n_steps=4, batch_size=4, log_every=2, progress=False)
     ckpt = tm.list_checkpoints(out)[4]
-    tensors = load_file(ckpt / "state.safetensors")
+    tensors = load_file(ckpt / STATE_TENSORS_FILE)
     del tensors["rng.train"]
-    save_file(tensors, ckpt / "state.safetensors")
-    config = json.loads((ckpt / "config.json").read_text())
-    config["files"]["state.safetensors"] = hashlib.sha256(
-        (ckpt / "state.safetensors").read_bytes()).hexdigest()
-    (ckpt / "config.json").write_text(json.dumps(config))
+    save_file(tensors, ckpt / STATE_TENSORS_FILE)
+    config = json.loads((ckpt / CONFIG_FILE).read_text())
+    config["files"][STATE_TENSORS_FILE] = hashlib.sha256(
+        (ckpt / STATE_TENSORS_FILE).read_bytes()).hexdigest()
+    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
     with pytest.raises(tm.runs.rundir.RunDirError, match=r"without \['rng.train'\]"):
         tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
                  progress=False)

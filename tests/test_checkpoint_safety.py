@@ -14,6 +14,7 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.runs.checkpoint import _parameter_count
 from tfmatcomp.cli import main
+from tfmatcomp.runs.layout import CONFIG_FILE, WEIGHTS_FILE
 
 MODEL = tm.HookedEncoder(tm.get_preset("tiny").model)
 DIGEST = "0" * 64
@@ -21,9 +22,9 @@ DIGEST = "0" * 64
 
 def _crafted(tmp_path: Path, edit) -> Path:
     path = tm.save_checkpoint(MODEL, tmp_path / "ckpt", step=0)
-    config = json.loads((path / "config.json").read_text())
+    config = json.loads((path / CONFIG_FILE).read_text())
     edit(config, path)
-    (path / "config.json").write_text(json.dumps(config))
+    (path / CONFIG_FILE).write_text(json.dumps(config))
     return path
 
 
@@ -42,8 +43,8 @@ CRAFTED = {
     "symlink to /etc/passwd": (_add_file("pw", "/etc/passwd"), ["symlink", "outside"]),
     "empty name": (_add_file(""), ["plain file names"]),
     "dot-dot": (_add_file(".."), ["plain file names"]),
-    "files not a dict": (lambda c, p: c.update(files=["model.safetensors"]), ["'files'", "SHA-256"]),
-    "digest not a string": (lambda c, p: c["files"].update({"model.safetensors": 3}), ["digest"]),
+    "files not a dict": (lambda c, p: c.update(files=[WEIGHTS_FILE]), ["'files'", "SHA-256"]),
+    "digest not a string": (lambda c, p: c["files"].update({WEIGHTS_FILE: 3}), ["digest"]),
     "huge d_model": (lambda c, p: c["model"].update(d_model=2**22), ["weights", "at most"]),
     "huge n_layers": (lambda c, p: c["model"].update(n_layers=10**9), ["weights", "at most"]),
     "other shapes, same count": (lambda c, p: c["model"].update(n_heads=8, d_head=8),
@@ -65,22 +66,22 @@ def test_crafted_config_is_refused_quickly(tmp_path, edit, words):
 
 def test_config_json_that_is_a_device_or_fifo_is_refused(tmp_path):
     path = tm.save_checkpoint(MODEL, tmp_path / "a", step=0)
-    (path / "config.json").unlink()
-    os.symlink("/dev/zero", path / "config.json")
+    (path / CONFIG_FILE).unlink()
+    os.symlink("/dev/zero", path / CONFIG_FILE)
     with pytest.raises(tm.CheckpointError, match="outside"):
         tm.load_checkpoint(path)
     path = tm.save_checkpoint(MODEL, tmp_path / "b", step=0)
-    (path / "model.safetensors").unlink()
-    os.mkfifo(path / "model.safetensors")
+    (path / WEIGHTS_FILE).unlink()
+    os.mkfifo(path / WEIGHTS_FILE)
     with pytest.raises(tm.CheckpointError, match="not a regular file"):
         tm.load_checkpoint(path)
 
 
 def test_symlink_inside_the_checkpoint_is_fine(tmp_path):
     path = tm.save_checkpoint(MODEL, tmp_path / "ckpt", step=0)
-    (path / "weights.bin.real").write_bytes((path / "model.safetensors").read_bytes())
-    (path / "model.safetensors").unlink()
-    os.symlink("weights.bin.real", path / "model.safetensors")
+    (path / "weights.bin.real").write_bytes((path / WEIGHTS_FILE).read_bytes())
+    (path / WEIGHTS_FILE).unlink()
+    os.symlink("weights.bin.real", path / WEIGHTS_FILE)
     assert tm.load_checkpoint(path).cfg == MODEL.cfg
 
 

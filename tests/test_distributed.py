@@ -25,6 +25,7 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp import cli, distributed
+from tfmatcomp.runs.layout import GROUP_FILE, LOCK_FILE, METRICS_FILE, RUN_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The runs' configuration: tiny preset, a few steps, a global batch of 16 (8 per rank).
@@ -118,11 +119,11 @@ def test_rank0_alone_writes_the_run_directory(job):
     calls = [json.loads((job / f"calls-{r}.json").read_text()) for r in (0, 1)]
     assert calls[1]["lock"] == calls[1]["save"] == calls[1]["log"] == 0
     assert calls[0]["lock"] >= 2 and calls[0]["save"] == 3 + 2 and calls[0]["log"] == 2
-    lines = (job / "ddp" / "metrics.jsonl").read_text().splitlines()
+    lines = (job / "ddp" / METRICS_FILE).read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [2, 4, 6]  # one writer: no doubled rows
-    holder = json.loads((job / "ddp" / ".lock").read_text())
+    holder = json.loads((job / "ddp" / LOCK_FILE).read_text())
     assert holder["pid"] == calls[0]["pid"]
-    run = json.loads((job / "ddp" / "run.json").read_text())
+    run = json.loads((job / "ddp" / RUN_FILE).read_text())
     assert (run["world_size"], run["backend"]) == (2, "gloo")
 
 
@@ -135,7 +136,7 @@ def test_resume_at_another_world_size_continues_the_log(job, tmp_path):
 
 
 def test_seeds_across_ranks_write_one_run_per_seed(job):
-    assert json.loads((job / "seeds" / "seeds.json").read_text())["seeds"] == [0, 1, 2]
+    assert json.loads((job / "seeds" / GROUP_FILE).read_text())["seeds"] == [0, 1, 2]
     for seed in (0, 1, 2):
         single = tm.train("tiny", n_steps=4, seed=seed, **RUN).metrics
         log = _metrics(job / "seeds" / f"seed-{seed}")

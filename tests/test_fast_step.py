@@ -16,7 +16,9 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.training import fast_step
+from tfmatcomp.training.steps import ExplicitStep, FastTrainerStep
 from tfmatcomp.task.data import MatrixCompletionTask
+from tfmatcomp.runs.layout import RUN_FILE
 
 KW = dict(n_steps=5, batch_size=16, log_every=1, progress=False)
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_off_by_default_on_cpu_and_on_by_default_on_cuda():
     trainer = tm.Trainer("tiny", device="cpu", progress=False)
     assert not trainer.fast and not trainer.optimizer.param_groups[0].get("fused")
-    assert trainer._step_function() == trainer.update
+    assert isinstance(trainer.training_step(), ExplicitStep)
     assert fast_step.use_fast(None, torch.device("cuda"), None)
     assert not fast_step.use_fast(False, torch.device("cuda"), None)
     assert not fast_step.use_fast(None, torch.device("cuda"), "a decoder")
@@ -61,9 +63,9 @@ def test_the_reason_is_written_in_run_json(tmp_path):
     import json
 
     tm.train("tiny", out_dir=tmp_path, fast=True, **KW)
-    assert json.loads((tmp_path / "run.json").read_text())["step"].startswith("fast step: bf16")
+    assert json.loads((tmp_path / RUN_FILE).read_text())["step"].startswith("fast step: bf16")
     tm.train("tiny", out_dir=tmp_path / "b", **KW)
-    assert "d_model 64" in json.loads((tmp_path / "b" / "run.json").read_text())["step"]
+    assert "d_model 64" in json.loads((tmp_path / "b" / RUN_FILE).read_text())["step"]
 
 
 def test_fast_cpu_run_keeps_float32_weights_metrics_and_checkpoints(tmp_path):
@@ -83,10 +85,10 @@ def test_fast_cpu_run_keeps_float32_weights_metrics_and_checkpoints(tmp_path):
             casts.append(tuple(self.shape))
         return real_to(self, *args, **kwargs)
 
-    step = trainer._step_function()
+    step = trainer.training_step()
     torch.Tensor.to = counting_to
     try:
-        step()
+        step.update()
     finally:
         torch.Tensor.to = real_to
     assert len(casts) == len(list(trainer.model.parameters()))
@@ -120,7 +122,7 @@ def test_switch_is_honoured_and_fused_adam_goes_with_it():
     trainer = tm.Trainer("tiny", device="cpu", fast=True, **KW)
     assert trainer.optimizer.param_groups[0]["fused"]
     trainer.run()
-    assert trainer._fast_step is not None and trainer.train_cfg.fast is True
+    assert type(trainer.training_step()) is FastTrainerStep and trainer.train_cfg.fast is True
 
 
 def test_runs_that_must_stay_explicit():
@@ -133,7 +135,7 @@ def test_runs_that_must_stay_explicit():
     trainer = tm.Trainer("tiny", fast=True, **KW)
     trainer.model.add_hook("blocks.0.attn.hook_pattern", lambda t, hook: t)
     with pytest.warns(UserWarning, match="hooks are attached"):
-        assert trainer._step_function() == trainer.update
+        assert type(trainer.training_step()) is ExplicitStep
     trainer.model.reset_hooks()
     handle = trainer.model.blocks[0].register_forward_hook(lambda *a: None)  # a plain torch hook
     assert fast_step.hooks_attached(trainer.model)
@@ -170,13 +172,13 @@ def _count_reads(monkeypatch) -> list[str]:
 
 def test_no_tensor_is_read_back_between_logging_steps(monkeypatch):
     trainer = tm.Trainer("tiny", progress=False, fast=True, batch_size=16, log_every=100)
-    update = trainer._step_function()
+    update = trainer.training_step().update
     update()  # compiles
     seen = _count_reads(monkeypatch)
     for _ in range(3):
         update()
     assert seen == [], f"host reads on non-logging steps: {seen}"
-    trainer._fast_step.check_finite(4)  # the logging step reads one flag
+    trainer.training_step().check_finite(4)  # the logging step reads one flag
     assert seen == ["__bool__"]
     seen.clear()
     trainer.update()  # the explicit step reads back (token checks, finiteness): the test can tell

@@ -9,6 +9,7 @@ from tfmatcomp.datapath import predict, sample_batch
 from tfmatcomp.interventions import (ActivationPatch, MaskSubstitution, PositionalPermutation,
                                      UniformAttentionAblation, WeightTransplant, from_dict,
                                      negation_patch)
+from tfmatcomp.runs.layout import CHECKPOINTS_DIR, CONFIG_FILE
 
 SMALL = tm.DecoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32, n_ctx=33, d_vocab=2003)
 
@@ -67,8 +68,8 @@ def test_short_training_run_reduces_loss(tmp_path):
         assert name in r.metrics
     loaded = tm.load_checkpoint(tmp_path / "run")
     assert isinstance(loaded, tm.HookedDecoder)
-    assert '"kind": "decoder"' in next((tmp_path / "run" / "checkpoints").iterdir()
-                                       ).joinpath("config.json").read_text()
+    assert '"kind": "decoder"' in next((tmp_path / "run" / CHECKPOINTS_DIR).iterdir()
+                                       ).joinpath(CONFIG_FILE).read_text()
 
 
 def test_resume_of_a_decoder_run_continues_exactly(tmp_path):

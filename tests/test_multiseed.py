@@ -11,7 +11,8 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.cli import main as cli_main
-from tfmatcomp.training.multiseed import MultiSeedTrainer, parse_seeds, seed_dir
+from tfmatcomp.training.multiseed import MultiSeedTrainer, parse_seeds
+from tfmatcomp.runs.layout import GROUP_FILE, RUN_FILE, checkpoint_dir_name, seed_dir
 
 SMALL = dict(model_cfg=tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
              batch_size=16, eval_batch_size=32, log_every=20, device="cpu", progress=False)
@@ -57,8 +58,8 @@ def test_resume_reproduces_the_uninterrupted_batched_run(tmp_path):
 def test_seed_directories_are_ordinary_runs(tmp_path):
     out = tmp_path / "group"
     tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=out, checkpoint_every=20, **SMALL)
-    assert json.loads((out / "seeds.json").read_text())["seeds"] == [0, 1]
-    run = json.loads((seed_dir(out, 1) / "run.json").read_text())
+    assert json.loads((out / GROUP_FILE).read_text())["seeds"] == [0, 1]
+    run = json.loads((seed_dir(out, 1) / RUN_FILE).read_text())
     assert run["seed"] == 1 and run["torch"] == torch.__version__ and run["torch_threads"] >= 1
     model = tm.load_checkpoint(seed_dir(out, 1))
     assert isinstance(model, tm.HookedEncoder)
@@ -117,7 +118,7 @@ def test_a_crash_between_two_seeds_checkpoints_resumes_at_their_common_step(tmp_
         tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=tmp_path / "cut", **kw)
     monkeypatch.undo()
     assert set(tm.list_checkpoints(seed_dir(tmp_path / "cut", 0))) == {10, 20, 30}
-    with pytest.warns(UserWarning, match="step_0000030"):
+    with pytest.warns(UserWarning, match=checkpoint_dir_name(30)):
         resumed = tm.train_many("tiny", seeds=[0, 1], n_steps=40, out_dir=tmp_path / "cut",
                                 resume=True, **kw)
     for seed in (0, 1):

@@ -19,9 +19,12 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.runs.checkpoint import ConfigMismatchError
 from tfmatcomp.cli import main as cli_main
-from tfmatcomp.training.multiseed import seed_dir
+from tfmatcomp.runs.layout import (
+    CHECKPOINTS_DIR, CONFIG_FILE, LOCK_FILE, METRICS_FILE, RUN_FILE, STATE_FILE, STATE_TENSORS_FILE,
+    WEIGHTS_FILE, checkpoint_dir_name, seed_dir,
+)
 from tfmatcomp.runs.rundir import (
-    LOCK_FILE, RunDirError, RunDirLock, RunDirLockedError, check_fresh, is_empty, remove_leftovers,
+    RunDirError, RunDirLock, RunDirLockedError, check_fresh, is_empty, remove_leftovers,
 )
 from tfmatcomp.training.trainer import Trainer
 
@@ -90,7 +93,7 @@ def test_a_failed_start_counts_as_empty(tmp_path):
         with torch.no_grad():
             model.blocks[0].mlp.W_in[0, 0] = float("nan")
         tm.train("tiny", model=model, out_dir=out, n_steps=5, **KW)
-    assert {p.name for p in out.iterdir()} <= {"run.json", "metrics.jsonl", LOCK_FILE}
+    assert {p.name for p in out.iterdir()} <= {RUN_FILE, METRICS_FILE, LOCK_FILE}
     assert is_empty(out)
     run(out)  # no resume or overwrite needed
     assert not is_empty(out)
@@ -122,14 +125,14 @@ def test_cli_refuses_a_used_directory_and_overwrites_on_request(tmp_path, capsys
     err = capsys.readouterr().err
     assert "--resume" in err and "--overwrite" in err and str(tmp_path) in err
     assert cli_main(args + ["--seed", "1", "--overwrite"]) == 0
-    assert json.loads((tmp_path / "run.json").read_text())["seed"] == 1
+    assert json.loads((tmp_path / RUN_FILE).read_text())["seed"] == 1
     assert tm.read_metrics(tmp_path)["step"].tolist() == [5, 10]
     with pytest.raises(SystemExit):
         cli_main(args + ["--resume", "--overwrite"])
 
 
 # ------------------------------------------------------- 2. resume from usable state or refuse
-@pytest.mark.parametrize("lost", ["state.json", "config.json"])
+@pytest.mark.parametrize("lost", [STATE_FILE, CONFIG_FILE])
 def test_resume_without_usable_state_refuses_and_keeps_the_log(tmp_path, lost):
     run(tmp_path, n_steps=20)
     (tm.list_checkpoints(tmp_path)[20] / lost).unlink()
@@ -149,9 +152,9 @@ def test_resume_falls_back_to_the_latest_checkpoint_with_usable_state(tmp_path, 
     monkeypatch.setattr(Trainer, "strip_older_states", lambda self: None)  # killed before strip
     trainer.run(20)
     monkeypatch.undo()
-    state = tm.list_checkpoints(out)[20] / "state.safetensors"
+    state = tm.list_checkpoints(out)[20] / STATE_TENSORS_FILE
     state.write_bytes(state.read_bytes()[:-8])  # the latest state is damaged
-    with pytest.warns(UserWarning, match="step_0000020"):
+    with pytest.warns(UserWarning, match=checkpoint_dir_name(20)):
         resumed = run(out, n_steps=30, resume=True)
     assert table(resumed).equals(table(ref))
     assert table(out).equals(table(ref))
@@ -163,11 +166,11 @@ def test_resume_of_an_empty_or_absent_directory_starts_fresh(tmp_path):
     # killed before its first checkpoint: the log is cut back to step 0, never doubled
     (tmp_path / "early").mkdir()
     run(tmp_path / "early", n_steps=5, checkpoint_every=0, checkpoint_steps=())
-    shutil.rmtree(tmp_path / "early" / "checkpoints")
+    shutil.rmtree(tmp_path / "early" / CHECKPOINTS_DIR)
     assert table(run(tmp_path / "early", resume=True)).equals(table(ref))
     assert table(tmp_path / "early").equals(table(ref))
     with pytest.raises(ConfigMismatchError, match="seed"):  # ...but only for the same run
-        shutil.rmtree(tmp_path / "early" / "checkpoints")
+        shutil.rmtree(tmp_path / "early" / CHECKPOINTS_DIR)
         run(tmp_path / "early", resume=True, seed=5)
 
 
@@ -250,7 +253,7 @@ def test_unreadable_metrics_lines_are_set_aside_not_the_rows_after_them(tmp_path
     ref = run(tmp_path / "ref", n_steps=40)
     out = tmp_path / "run"
     run(out, n_steps=40, checkpoint_every=20)
-    log = out / "metrics.jsonl"
+    log = out / METRICS_FILE
     lines = log.read_bytes().splitlines(keepends=True)
     lines[2] = b"\x00\xffgarbage\n"  # row 3 of 8
     log.write_bytes(b"".join(lines))
@@ -266,7 +269,7 @@ def test_unreadable_metrics_lines_are_set_aside_not_the_rows_after_them(tmp_path
 
 def test_read_metrics_keeps_the_rows_after_a_garbage_first_line(tmp_path):
     run(tmp_path, n_steps=20)
-    log = tmp_path / "metrics.jsonl"
+    log = tmp_path / METRICS_FILE
     log.write_text("{not json\n" + log.read_text() + '[1, 2]\n{"no_step": 1}\n')
     with pytest.warns(UserWarning, match=r"3 unreadable line\(s\) set aside \(line 1, 6, 7\)"):
         assert tm.read_metrics(tmp_path)["step"].tolist() == [5, 10, 15, 20]
@@ -277,25 +280,24 @@ def test_resume_removes_temporary_checkpoint_directories(tmp_path):
     ref = run(tmp_path / "ref", n_steps=30)
     out = tmp_path / "run"
     run(out, n_steps=20)
-    ckpts = out / "checkpoints"
+    ckpts = out / CHECKPOINTS_DIR
     (ckpts / ".step_0000030.tmp-abc123").mkdir()
-    (ckpts / ".step_0000030.tmp-abc123" / "model.safetensors").write_bytes(b"half")
-    shutil.copytree(ckpts / "step_0000010", ckpts / ".step_0000010.old-4242")
+    (ckpts / ".step_0000030.tmp-abc123" / WEIGHTS_FILE).write_bytes(b"half")
+    shutil.copytree(ckpts / checkpoint_dir_name(10), ckpts / ".step_0000010.old-4242")
     # caught between the two renames of a replacement: the old checkpoint is put back
-    os.replace(ckpts / "step_0000020", ckpts / ".step_0000020.old-4243")
+    os.replace(ckpts / checkpoint_dir_name(20), ckpts / ".step_0000020.old-4243")
     (out / "metrics.jsonl.tmp").write_text("partial")
     resumed = run(out, n_steps=30, resume=True)
     assert table(resumed).equals(table(ref))
-    assert sorted(p.name for p in ckpts.iterdir()) == ["step_0000010", "step_0000020",
-                                                       "step_0000030"]
+    assert sorted(p.name for p in ckpts.iterdir()) == [checkpoint_dir_name(s) for s in (10, 20, 30)]
     assert not (out / "metrics.jsonl.tmp").exists()
 
 
 def test_rundir_helpers(tmp_path):
     assert is_empty(tmp_path / "absent") and remove_leftovers(tmp_path / "absent") == []
-    (tmp_path / "run.json").write_text("{}")
+    (tmp_path / RUN_FILE).write_text("{}")
     check_fresh(tmp_path)  # a failed start: fine
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    (tmp_path / METRICS_FILE).write_text('{"step": 1}\n')
     with pytest.raises(RunDirError, match="already holds a run"):
         check_fresh(tmp_path)
     check_fresh(tmp_path, overwrite=True)
@@ -312,6 +314,7 @@ import torch
 torch.set_num_threads(1)
 import tfmatcomp as tm
 from tfmatcomp.training import trainer as training
+from tfmatcomp.runs.layout import CHECKPOINTS_DIR
 
 out, marker = sys.argv[1], sys.argv[1] + ".paused"
 kw = json.loads(sys.argv[2])
@@ -365,14 +368,14 @@ for kind, n in json.loads(sys.argv[3]):
         time.sleep(0.005)
     if kind == "delay":
         time.sleep(rng.uniform(0.0, n / 1000))
-    ckpts = os.path.join(out, "checkpoints")
+    ckpts = os.path.join(out, CHECKPOINTS_DIR)
     seen = sorted(os.listdir(ckpts)) if os.path.isdir(ckpts) else []
     if status is None:
         os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     report.append({"kind": kind, "killed": killed, "paused": os.path.exists(marker),
-                   "checkpoints": seen})
+                   "entries": seen})
     if os.path.exists(marker):
         os.remove(marker)
 print(json.dumps(report))
@@ -402,22 +405,54 @@ def test_killed_at_any_moment_the_resumed_run_is_bit_identical(tmp_path):
         assert entry["killed"] and entry["paused"], (entry, report)
     # the kills inside a checkpoint write left a temporary directory behind
     for entry in (report[0], report[2], report[4]):
-        assert any(".tmp-" in name for name in entry["checkpoints"]), entry
+        assert any(".tmp-" in name for name in entry["entries"]), entry
 
     resumed = tm.train("tiny", model_cfg=cfg(), out_dir=out, resume=True, **kw)
     assert table(resumed).equals(table(reference))
     assert table(out).equals(table(reference))
     for p, q in zip(resumed.model.parameters(), reference.model.parameters()):
         assert torch.equal(p, q)
-    ckpts = sorted(p.name for p in (out / "checkpoints").iterdir())
-    assert ckpts == sorted(p.name for p in (tmp_path / "ref" / "checkpoints").iterdir())
-    assert [s for s, p in tm.list_checkpoints(out).items() if (p / "state.json").exists()] == [60]
-    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE, "checkpoints", "metrics.jsonl",
-                                                     "run.json"]
+    ckpts = sorted(p.name for p in (out / CHECKPOINTS_DIR).iterdir())
+    assert ckpts == sorted(p.name for p in (tmp_path / "ref" / CHECKPOINTS_DIR).iterdir())
+    assert [s for s, p in tm.list_checkpoints(out).items() if (p / STATE_FILE).exists()] == [60]
+    assert sorted(p.name for p in out.iterdir()) == [LOCK_FILE, CHECKPOINTS_DIR, METRICS_FILE,
+                                                     RUN_FILE]
 
 
 def test_read_metrics_accepts_any_finite_number_as_step(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 0.0, "L": 1}\n{"step": 50.0, "L": 2}\n'
+    (tmp_path / METRICS_FILE).write_text('{"step": 0.0, "L": 1}\n{"step": 50.0, "L": 2}\n'
                                             '{"step": NaN, "L": 3}\n{"step": true}\n')
     with pytest.warns(UserWarning, match=r"\(line 3, 4\)"):
         assert tm.read_metrics(tmp_path)["step"].tolist() == [0.0, 50.0]
+
+
+def test_run_directory_names_are_the_documented_format():
+    """The on-disk names are a format (docs/concepts/training.md, bundled runs): renaming one in
+    tfmatcomp.runs.layout breaks every run directory already written."""
+    from tfmatcomp.runs import layout
+
+    assert (layout.LOCK_FILE, layout.RUN_FILE, layout.METRICS_FILE, layout.BAD_LINES_FILE,
+            layout.CHECKPOINTS_DIR, layout.GROUP_FILE) == (
+        ".lock", "run.json", "metrics.jsonl", "metrics.jsonl.bad", "checkpoints", "seeds.json")
+    assert (layout.CONFIG_FILE, layout.WEIGHTS_FILE, layout.STATE_TENSORS_FILE,
+            layout.STATE_FILE) == ("config.json", "model.safetensors", "state.safetensors",
+                                   "state.json")
+    assert layout.checkpoint_dir_name(4000) == "step_0004000"
+    assert seed_dir("g", 3).name == "seed-3"
+
+
+def test_one_listing_of_checkpoints(tmp_path):
+    """list_checkpoints lists complete checkpoints; complete=False every step directory; names
+    that are not step_<digits> are never listed."""
+    from tfmatcomp.runs.layout import checkpoint_path, list_checkpoints
+
+    for step, complete in ((5, True), (12, False)):
+        checkpoint_path(tmp_path, step).mkdir(parents=True)
+        if complete:
+            (checkpoint_path(tmp_path, step) / CONFIG_FILE).write_text("{}")
+    for odd in ("step_x", "step_-1", ".step_0000003.tmp-1", "step_1_000"):
+        (tmp_path / CHECKPOINTS_DIR / odd).mkdir()
+        (tmp_path / CHECKPOINTS_DIR / odd / CONFIG_FILE).write_text("{}")
+    assert list(list_checkpoints(tmp_path)) == [5]
+    assert list(list_checkpoints(tmp_path, complete=False)) == [5, 12]
+    assert tm.list_checkpoints is list_checkpoints

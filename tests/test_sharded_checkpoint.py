@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.runs.checkpoint import INDEX_FILE
 from tfmatcomp.datapath import load_checkpoints
+from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
 
 CFG = tm.get_preset("tiny").model
 MODEL = tm.HookedEncoder(CFG, seed=3)
@@ -32,7 +32,7 @@ def _same(a, b, **tol):
 def test_sharded_fp32_round_trip_is_exact_and_shards_respect_the_limit(tmp_path):
     path = tm.save_checkpoint(MODEL, tmp_path / "c", step=7, max_shard_mb=LIMIT_MB)
     shards = _shards(path)
-    assert len(shards) > 2 and not (path / "model.safetensors").exists()
+    assert len(shards) > 2 and not (path / WEIGHTS_FILE).exists()
     assert [p.name for p in shards][0] == f"model-00001-of-{len(shards):05d}.safetensors"
     index = json.loads((path / INDEX_FILE).read_text())
     assert set(index["weight_map"]) == set(MODEL.state_dict())
@@ -54,7 +54,7 @@ def test_sharded_fp32_round_trip_is_exact_and_shards_respect_the_limit(tmp_path)
 
 def test_bf16_checkpoint_loads_as_float32_within_bf16_rounding(tmp_path):
     path = tm.save_checkpoint(MODEL, tmp_path / "c", dtype=torch.bfloat16, max_shard_mb=LIMIT_MB)
-    assert json.loads((path / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((path / CONFIG_FILE).read_text())["dtype"] == "bfloat16"
     single = tm.save_checkpoint(MODEL, tmp_path / "s", dtype="bf16")
     total = sum(p.stat().st_size for p in _shards(path))
     assert total < 0.55 * sum(t.numel() * 4 for t in MODEL.state_dict().values())
@@ -104,20 +104,20 @@ def test_index_that_disagrees_with_its_shards_is_refused(tmp_path):
     index["weight_map"] = {k: (second.name if v == first.name else v)
                            for k, v in index["weight_map"].items()}
     (path / INDEX_FILE).write_text(json.dumps(index))
-    config = json.loads((path / "config.json").read_text())
+    config = json.loads((path / CONFIG_FILE).read_text())
     del config["files"][INDEX_FILE]  # skip the digest, to reach the index check itself
-    (path / "config.json").write_text(json.dumps(config))
+    (path / CONFIG_FILE).write_text(json.dumps(config))
     with pytest.raises(tm.CheckpointError, match="other tensors"):
         tm.load_checkpoint(path)
 
 
 def test_single_file_layout_still_loads(tmp_path):
     path = tm.save_checkpoint(MODEL, tmp_path / "c")
-    assert sorted(p.name for p in path.iterdir()) == ["config.json", "model.safetensors"]
-    _same(tm.load_checkpoint(path / "model.safetensors"), MODEL, rtol=0, atol=0)
+    assert sorted(p.name for p in path.iterdir()) == [CONFIG_FILE, WEIGHTS_FILE]
+    _same(tm.load_checkpoint(path / WEIGHTS_FILE), MODEL, rtol=0, atol=0)
     # a limit the whole model fits under writes the single file too
     path = tm.save_checkpoint(MODEL, tmp_path / "d", max_shard_mb=15)
-    assert not (path / INDEX_FILE).exists() and (path / "model.safetensors").exists()
+    assert not (path / INDEX_FILE).exists() and (path / WEIGHTS_FILE).exists()
 
 
 @pytest.mark.parametrize("kwargs, words", [

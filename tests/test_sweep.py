@@ -10,6 +10,7 @@ import pytest
 import tfmatcomp as tm
 from tfmatcomp.training import sweeps
 from tfmatcomp.cli import main
+from tfmatcomp.runs.layout import CHECKPOINTS_DIR, METRICS_FILE, checkpoint_dir_name
 
 FAST = dict(n_steps=16, batch_size=8, eval_batch_size=8, log_every=2, checkpoint_every=0,
             checkpoint_steps=(8,), progress=False)
@@ -41,12 +42,12 @@ def test_grid_trains_one_directory_per_config_and_one_row_per_seed(swept):
     assert (t["steps"] == 16).all() and (t["final_L_mask"] > 0).all()
     assert swept.fields == ["d_model", "n_layers"]
     # each run is an ordinary run directory with the swept shape (d_mlp follows d_model: 4 d)
-    model = tm.load_checkpoint(out / NAMES[3] / "seed-1" / "checkpoints" / "step_0000016")
+    model = tm.load_checkpoint(out / NAMES[3] / "seed-1" / CHECKPOINTS_DIR / checkpoint_dir_name(16))
     assert (model.cfg.d_model, model.cfg.n_layers, model.cfg.d_mlp, model.cfg.d_head) == (32, 2, 128, 8)
 
 
 def test_rerun_resumes_without_retraining(swept, monkeypatch):
-    logs = sorted(swept.out_dir.rglob("metrics.jsonl"))
+    logs = sorted(swept.out_dir.rglob(METRICS_FILE))
     before = {p: p.stat().st_mtime_ns for p in logs}
 
     def refuse(*a, **k):

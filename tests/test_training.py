@@ -6,6 +6,7 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.runs.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint_info
+from tfmatcomp.runs.layout import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE
 
 SMALL = dict(n_steps=30, batch_size=16, eval_batch_size=16, log_every=5, checkpoint_every=0,
              device="cpu", progress=False)
@@ -57,7 +58,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path):
     # only the latest checkpoint keeps the (large) training state
     cks = tm.list_checkpoints(tmp_path / "cut")
     assert set(cks) == {10, 30}
-    assert not (cks[10] / "state.json").exists() and (cks[30] / "state.json").exists()
+    assert not (cks[10] / STATE_FILE).exists() and (cks[30] / STATE_FILE).exists()
 
 
 def test_resume_refuses_a_different_config(tmp_path):
@@ -75,14 +76,14 @@ def test_checkpoint_round_trip_and_config_check(tmp_path, tiny_model):
     assert info.step == 7 and info.task_cfg.n_rows == 4
     for a, b in zip(tiny_model.state_dict().values(), model.state_dict().values()):
         assert torch.equal(a, b)
-    assert tm.load_checkpoint(path / "model.safetensors").cfg == tiny_model.cfg
+    assert tm.load_checkpoint(path / WEIGHTS_FILE).cfg == tiny_model.cfg
     with pytest.raises(ConfigMismatchError, match="config"):
         tm.load_checkpoint(path, config=small_cfg())
 
 
 def test_corrupted_checkpoints_are_refused(tmp_path, tiny_model):
     path = tm.save_checkpoint(tiny_model, tmp_path / "ck")
-    weights = path / "model.safetensors"
+    weights = path / WEIGHTS_FILE
     data = bytearray(weights.read_bytes())
     data[-10] ^= 0xFF  # flip bits in the tensor data
     weights.write_bytes(bytes(data))
@@ -91,17 +92,17 @@ def test_corrupted_checkpoints_are_refused(tmp_path, tiny_model):
     weights.write_bytes(bytes(data[:100]))  # truncated file
     with pytest.raises(CheckpointError):
         tm.load_checkpoint(path)
-    (path / "config.json").write_text("{not json")
+    (path / CONFIG_FILE).write_text("{not json")
     with pytest.raises(CheckpointError, match="JSON"):
         tm.load_checkpoint(path)
 
 
 def test_truncated_weights_without_digest_are_refused_cleanly(tmp_path, tiny_model):
     path = tm.save_checkpoint(tiny_model, tmp_path / "ck")
-    cfg = json.loads((path / "config.json").read_text())
+    cfg = json.loads((path / CONFIG_FILE).read_text())
     cfg["files"] = {}
-    (path / "config.json").write_text(json.dumps(cfg))
-    (path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00garbage")
+    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    (path / WEIGHTS_FILE).write_bytes(b"\x10\x00\x00\x00garbage")
     with pytest.raises(CheckpointError, match="safetensors"):
         tm.load_checkpoint(path)
 

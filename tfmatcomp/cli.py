@@ -252,7 +252,8 @@ def _demo(args: argparse.Namespace) -> int:
         return _write_report(args, args.preset)
     import torch
 
-    from tfmatcomp.training.multiseed import parse_seeds, seed_dir, train_many, write_group_file
+    from tfmatcomp.runs.layout import seed_dir
+    from tfmatcomp.training.multiseed import parse_seeds, train_many, write_group_file
     from tfmatcomp.report import SeedGroup
     from tfmatcomp.training.trainer import Trainer, default_device, train
     from tfmatcomp.validation import writable_output

@@ -1,6 +1,11 @@
 """Training on every rank: :class:`DistributedTrainer` / :func:`train` (data-parallel, one
 global batch) and :func:`train_many` (the seeds spread over the ranks).
 
+Both run the one training loop (:mod:`tfmatcomp.training.loop`): data-parallel training plugs in
+its :class:`DataParallelStep` (the explicit step on the rank's share of the batch, gradients
+averaged by DistributedDataParallel); seed-parallel training gives each rank its block of seeds
+as an ordinary batched group (:class:`~tfmatcomp.MultiSeedTrainer`).
+
 Example:
     >>> from tfmatcomp.distributed.trainers import train
     >>> train("tiny", n_steps=2, batch_size=4, log_every=2, progress=False).step   # one process
@@ -18,23 +23,24 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
-from tfmatcomp.training import multiseed
-
-from tfmatcomp.runs import rundir
-
-from tfmatcomp.training import trainer as training
-from tfmatcomp.runs.checkpoint import checkpoint_dir_name
 from tfmatcomp.config import Preset
-from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.distributed.group import (
     _active, _comm_device, _gather_rows, _on_main, _together, init, rank, rank_device,
     shard_range, world_size,
 )
+from tfmatcomp.runs import rundir
+from tfmatcomp.runs.layout import checkpoint_path
+from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.training import multiseed
+from tfmatcomp.training import trainer as training
+from tfmatcomp.training.loop import check_n_steps, check_resume_overwrite, resume_and_run
 from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, parse_seeds
-from tfmatcomp.training.trainer import Trainer, TrainResult, _check_n_steps, _check_resume_overwrite
+from tfmatcomp.training.objectives import OBJECTIVES
+from tfmatcomp.training.steps import ExplicitStep
+from tfmatcomp.training.trainer import Trainer, TrainResult
 
-__all__ = ["DistributedTrainer", "train", "train_many"]
+__all__ = ["DistributedTrainer", "DataParallelStep", "train", "train_many"]
 
 
 # ------------------------------------------------------------------- data-parallel training
@@ -61,7 +67,7 @@ class DistributedTrainer(Trainer):
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         super().__init__(preset, device=rank_device(device), progress=progress and self.rank == 0,
                          **kwargs)
-        if self.is_decoder:
+        if self.objective is not OBJECTIVES["encoder"]:
             raise ValueError("DistributedTrainer: data-parallel training runs the encoder task "
                              "only; train a decoder preset (e.g. gpt-tiny) in one process")
         n = self.train_cfg.batch_size
@@ -79,37 +85,29 @@ class DistributedTrainer(Trainer):
             self._ddp = DistributedDataParallel(self.model, device_ids=ids)
         return self._ddp
 
-    def _forward_loss(self, batch: MatrixBatch) -> tuple[Tensor, Tensor]:
-        rows = self.rows
-        predictions = self._data_parallel()(batch.tokens[rows])
-        share = (rows.stop - rows.start) / self.train_cfg.batch_size
-        loss = masked_mse(predictions, batch.values[rows]) * (share * self.world_size)
-        total = (loss.detach() / self.world_size).to(_comm_device())
-        dist.all_reduce(total)  # the global batch's loss: every rank sees a divergence together
-        if not torch.isfinite(total):
-            raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is "
-                                     f"{total.item()}; try a lower lr (now {self.train_cfg.lr})")
-        return predictions, loss
-
-    def _train_losses(self, predictions: Tensor, batch: MatrixBatch) -> dict[str, Tensor]:
-        return super()._train_losses(_gather_rows(predictions.detach()), batch)
+    def explicit_step(self) -> DataParallelStep:
+        """The data-parallel step (:class:`DataParallelStep`)."""
+        return DataParallelStep(self)
 
     def evaluate(self, batch_size: int | None = None) -> dict[str, float]:
         """Losses on a fresh evaluation batch, measured on rank 0 and given to every rank."""
         evaluate = super().evaluate
         return _on_main(lambda: evaluate(batch_size))
 
-    def _run_info(self) -> dict[str, Any]:
-        return {**super()._run_info(), "world_size": self.world_size,
+    def run_info(self) -> dict[str, Any]:
+        """``run.json``'s record, with the number of ranks and the backend."""
+        return {**super().run_info(), "world_size": self.world_size,
                 "backend": dist.get_backend()}
 
     def open_log(self):
+        """Rank 0's metrics log (None on the other ranks: rank 0 alone writes the run)."""
         return super().open_log() if self.rank == 0 else None
 
     def save(self, strip_older: bool = True) -> Path:
+        """The checkpoint, written by rank 0 alone (every rank returns its path)."""
         if self.rank == 0:
             return super().save(strip_older)
-        return self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
+        return checkpoint_path(self.out_dir, self.step)
 
     def resume(self) -> bool:
         """:meth:`Trainer.resume` on rank 0, whose weights, optimizer state, generators and log
@@ -136,11 +134,38 @@ class DistributedTrainer(Trainer):
                 p.copy_(buf)
 
     def run(self, n_steps: int | None = None) -> TrainResult:
-        _check_n_steps(self.train_cfg.n_steps if n_steps is None else n_steps, self.step,
-                       self.out_dir)
+        """:meth:`Trainer.run` on every rank; a directory that rank 0 refuses stops every rank."""
+        check_n_steps(self.train_cfg.n_steps if n_steps is None else n_steps, self.step,
+                      self.out_dir)
         self._data_parallel()
-        _on_main(lambda: self._claim(resuming=False))  # a refused directory stops every rank
+        _on_main(lambda: self.claim(resuming=False))  # a refused directory stops every rank
         return super().run(n_steps)
+
+
+class DataParallelStep(ExplicitStep):
+    """The explicit step of a :class:`DistributedTrainer`: every rank samples the full batch from
+    the same seeded stream and runs its rows (:func:`shard_range`) through
+    DistributedDataParallel. Each rank's loss is its rows' mean weighted by its share of the batch,
+    so the averaged gradient is the global batch's; the global loss is all-reduced before the
+    update, so every rank raises :class:`FloatingPointError` together. ``train_*`` losses come
+    from every rank's predictions gathered."""
+
+    def forward_loss(self, batch: MatrixBatch) -> tuple[Tensor, Tensor]:
+        t = self.trainer
+        rows = t.rows
+        predictions = t._data_parallel()(batch.tokens[rows])
+        share = (rows.stop - rows.start) / t.train_cfg.batch_size
+        loss = masked_mse(predictions, batch.values[rows]) * (share * t.world_size)
+        total = (loss.detach() / t.world_size).to(_comm_device())
+        dist.all_reduce(total)  # the global batch's loss: every rank sees a divergence together
+        if not torch.isfinite(total):
+            raise FloatingPointError(f"training diverged at step {t.step + 1}: loss is "
+                                     f"{total.item()}; try a lower lr (now {t.train_cfg.lr})")
+        return predictions, loss
+
+    def train_metrics(self, update: tuple[Tensor, MatrixBatch]) -> list[dict[str, Tensor]]:
+        predictions, batch = update
+        return super().train_metrics((_gather_rows(predictions.detach()), batch))
 
 
 def train(preset: str | Preset = "tiny", *, device: torch.device | str | None = None,
@@ -156,19 +181,19 @@ def train(preset: str | Preset = "tiny", *, device: torch.device | str | None = 
     """
     if not init(device):
         return training.train(preset, device=device, resume=resume, overwrite=overwrite, **kwargs)
-    _check_resume_overwrite(resume, overwrite)
+    check_resume_overwrite(resume, overwrite)
     trainer = DistributedTrainer(preset, device=device, overwrite=overwrite, **kwargs)
-    return training._resume_and_run(trainer, resume)
+    return resume_and_run(trainer, resume)
 
 
 # -------------------------------------------------------------------------- seeds across ranks
 class _SeedShard(MultiSeedTrainer):
     """One rank's block of a multi-seed group whose directory rank 0 claims."""
 
-    def _claim_group(self, resuming: bool) -> None:
+    def claim_group(self, resuming: bool) -> None:
         pass  # rank 0 holds the group directory
 
-    def _write_group_file(self) -> None:
+    def record_group(self) -> None:
         pass  # rank 0 wrote the whole group's
 
 
@@ -191,7 +216,7 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     if not init(device):
         return multiseed.train_many(preset, seeds=seeds, out_dir=out_dir, device=device,
                                     resume=resume, overwrite=overwrite, progress=progress, **kwargs)
-    _check_resume_overwrite(resume, overwrite)
+    check_resume_overwrite(resume, overwrite)
     every = parse_seeds(seeds)
     mine = every[shard_range(len(every), rank(), world_size())]
     out = Path(out_dir) if out_dir is not None else None
@@ -199,9 +224,9 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
 
     def claim_group() -> None:
         lock.acquire()
-        multiseed._check_group_dir(out, every, resume, overwrite)
+        rundir.check_group(out, every, resume, overwrite)
         if resume:
-            multiseed._check_resumable(out, every)
+            rundir.check_group_resumable(out, every)
         multiseed.write_group_file(out, every)
 
     def work() -> MultiSeedResult:
@@ -209,7 +234,7 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
             return MultiSeedResult(seeds=[], results={}, out_dir=out, step=0)
         trainer = _SeedShard(preset, seeds=mine, out_dir=out, device=rank_device(device),
                              progress=progress and rank() == 0, overwrite=overwrite, **kwargs)
-        return training._resume_and_run(trainer, resume)
+        return resume_and_run(trainer, resume)
 
     try:
         if out is not None:

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint
+from tfmatcomp.runs.layout import PRETRAINED_FILE
 from tfmatcomp.models.encoder import HookedEncoder
 
 __all__ = ["available", "run_dir", "run_info", "load_pretrained", "resolve_step"]
@@ -33,7 +34,7 @@ _ROOT = Path(__file__).resolve().parent
 def available() -> dict[str, list[int]]:
     """``{name: [bundled steps]}`` for every bundled run."""
     return {p.name: list(list_checkpoints(p)) for p in sorted(_ROOT.iterdir())
-            if (p / "pretrained.json").exists()}
+            if (p / PRETRAINED_FILE).exists()}
 
 
 def run_dir(name: str = "tiny") -> Path:
@@ -47,14 +48,14 @@ def run_dir(name: str = "tiny") -> Path:
         raise ValueError(f"name: no bundled run {name!r}; bundled runs are {names} (to load a "
                          "checkpoint from a path use tfmatcomp.load_checkpoint)")
     path = _ROOT / name
-    if not (path / "pretrained.json").exists():
+    if not (path / PRETRAINED_FILE).exists():
         raise ValueError(f"name: no bundled run {name!r}; bundled runs are {sorted(available())}")
     return path
 
 
 def run_info(name: str = "tiny") -> dict[str, Any]:
     """The bundled run's ``pretrained.json`` (pre/post-shift steps, how it was trained)."""
-    return json.loads((run_dir(name) / "pretrained.json").read_text())
+    return json.loads((run_dir(name) / PRETRAINED_FILE).read_text())
 
 
 def resolve_step(name: str, step: int | str) -> int:

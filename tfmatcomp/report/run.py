@@ -38,8 +38,8 @@ from tfmatcomp import pretrained
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
 from tfmatcomp.analyses.dynamics import DropResult, detect_drop
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.training.multiseed import GROUP_FILE, seed_dir
-from tfmatcomp.training.trainer import METRICS_FILE, read_metrics
+from tfmatcomp.runs.layout import GROUP_FILE, METRICS_FILE, seed_dir
+from tfmatcomp.training.trainer import read_metrics
 
 __all__ = ["RunContext", "SeedGroup", "resolve_run", "find_group", "choose_steps", "load_context"]
 

@@ -46,27 +46,28 @@ import torch
 from safetensors.torch import save_file
 
 from tfmatcomp.runs.checkpoint_files import (
-    _SAFETENSORS_DTYPES, _SHARD_NAME, INDEX_FILE, WEIGHTS_FILE, CheckpointError, _load_tensors,
-    _plain_file, _read_json, _sha256, _shard_limit, _tensor_specs, _weight_files, _write_weights,
-    checkpoint_dtype,
+    SAFETENSORS_DTYPES, CheckpointError, checkpoint_dtype, load_tensors, plain_file, read_json,
+    sha256_file, shard_limit, tensor_specs, weight_files, write_weights,
+)
+from tfmatcomp.runs.layout import (
+    CHECKPOINTS_DIR, CONFIG_FILE, INDEX_FILE, SHARD_NAME, STATE_FILE, STATE_TENSORS_FILE,
+    WEIGHTS_FILE, checkpoint_dir_name, has_training_state, latest_checkpoint, list_checkpoints,
 )
 from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.training.objectives import DEFAULT_KIND, OBJECTIVES, objective_for
 from tfmatcomp.validation import check_device
 
 __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
     "load_checkpoint", "load_checkpoint_info", "list_checkpoints", "latest_checkpoint",
-    "checkpoint_dir_name", "checkpoint_dtype",
+    "checkpoint_dir_name", "checkpoint_dtype", "load_training_state",
 ]
 
 FORMAT = "tfmatcomp-checkpoint"
 FORMAT_VERSION = 1
 _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".zip"}
-#: ``config.json``'s "kind" -> (config class, model class); a config without "kind" is an encoder's.
-_KINDS: dict[str, tuple[type, type]] = {"encoder": (EncoderConfig, HookedEncoder),
-                                        "decoder": (DecoderConfig, HookedDecoder)}
 Model = HookedEncoder | HookedDecoder
 ModelConfig = EncoderConfig | DecoderConfig
 
@@ -85,11 +86,6 @@ class CheckpointInfo:
     train_cfg: TrainConfig | None = None
     step: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-def checkpoint_dir_name(step: int) -> str:
-    """Directory name of the checkpoint at ``step`` inside a run (``step_0004000``)."""
-    return f"step_{step:07d}"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -154,20 +150,20 @@ def save_checkpoint(
         torch.float32
     """
     dtype = checkpoint_dtype(dtype)
-    max_bytes = _shard_limit(max_shard_mb)
+    max_bytes = shard_limit(max_shard_mb)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         dtype = dtype or model.dtype
         weights = {k: v.detach().to("cpu", dtype).contiguous() for k, v in model.state_dict().items()}
-        _write_weights(weights, tmp, max_bytes)
+        write_weights(weights, tmp, max_bytes)
         if training_state is not None:
             tensors, state = training_state
             save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
-                      tmp / "state.safetensors")
-            (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
-        files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+                      tmp / STATE_TENSORS_FILE)
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         config = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -180,7 +176,7 @@ def save_checkpoint(
             "metadata": metadata or {},
             "files": files,
         }
-        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
         for p in tmp.iterdir():
             p.chmod(0o644)
             with open(p, "rb") as f:
@@ -206,19 +202,19 @@ def _resolve(path: str | os.PathLike) -> Path:
         if path.suffix.lower() in _PICKLE_SUFFIXES or _looks_pickled(path):
             raise CheckpointError(f"path: {path} looks like a pickle / torch.save file; tfmatcomp "
                                   "only loads safetensors checkpoints (never pickle)")
-        if path.name in (WEIGHTS_FILE, INDEX_FILE, "config.json") or _SHARD_NAME.fullmatch(path.name):
+        if path.name in (WEIGHTS_FILE, INDEX_FILE, CONFIG_FILE) or SHARD_NAME.fullmatch(path.name):
             return path.parent
         raise CheckpointError(f"path: {path} is a file; pass a checkpoint directory holding "
                               "model.safetensors (or its shards) and config.json")
     if not path.is_dir():
         raise CheckpointError(f"path: no checkpoint at {path}")
-    if not (path / "config.json").exists() and (path / "checkpoints").is_dir():
+    if not (path / CONFIG_FILE).exists() and (path / CHECKPOINTS_DIR).is_dir():
         latest = latest_checkpoint(path)
         if latest is None:
             raise CheckpointError(f"path: run directory {path} holds no checkpoints")
         return latest
     weights = INDEX_FILE if (path / INDEX_FILE).exists() else WEIGHTS_FILE
-    for name in ("config.json", weights):
+    for name in (CONFIG_FILE, weights):
         if not (path / name).exists():
             pickles = [p.name for p in path.iterdir() if p.suffix.lower() in _PICKLE_SUFFIXES]
             extra = f" (found {pickles}: pickles are refused)" if pickles else ""
@@ -233,35 +229,36 @@ def _looks_pickled(path: Path) -> bool:
 
 
 def _read_config(path: Path) -> dict[str, Any]:
-    config = _read_json(path, "config.json")
+    config = read_json(path, CONFIG_FILE)
     if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise CheckpointError(f"path: {path / 'config.json'} is not a tfmatcomp checkpoint config")
+        raise CheckpointError(f"path: {path / CONFIG_FILE} is not a tfmatcomp checkpoint config")
     files = config.get("files", {})
     if not isinstance(files, dict):
-        raise CheckpointError(f"path: {path / 'config.json'} has 'files' of type "
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has 'files' of type "
                               f"{type(files).__name__}; expected {{file name: SHA-256}}")
     max_bytes = _max_file_bytes(path, config)
     for name, digest in files.items():
-        file = _plain_file(path, name)
+        file = plain_file(path, name)
         if not isinstance(digest, str) or len(digest) != 64:
-            raise CheckpointError(f"path: {path / 'config.json'} gives {name!r} the digest "
+            raise CheckpointError(f"path: {path / CONFIG_FILE} gives {name!r} the digest "
                                   f"{digest!r}; expected 64 hex digits (SHA-256)")
         size = file.stat().st_size
         if size > max_bytes:  # before hashing: a huge (or sparse) file would take hours
             raise CheckpointError(f"path: {file} holds {size:,} bytes; a checkpoint of this model "
                                   f"holds at most {max_bytes:,} per file; refused")
-        if _sha256(file) != digest.lower():
+        if sha256_file(file) != digest.lower():
             raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
     return config
 
 
 def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
-    """``(config class, model class)`` of the checkpoint's ``kind`` (encoder when absent)."""
-    kind = config.get("kind", "encoder")
-    if not isinstance(kind, str) or kind not in _KINDS:
-        raise CheckpointError(f"path: {path / 'config.json'} has kind {kind!r}; expected one of "
-                              f"{sorted(_KINDS)}")
-    return _KINDS[kind]
+    """``(config class, model class)`` of the checkpoint's ``kind`` (one of
+    :data:`~tfmatcomp.training.objectives.OBJECTIVES`; an encoder when absent)."""
+    kind = config.get("kind", DEFAULT_KIND)
+    if not isinstance(kind, str) or kind not in OBJECTIVES:
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has kind {kind!r}; expected one of "
+                              f"{sorted(OBJECTIVES)}")
+    return OBJECTIVES[kind].config_class, OBJECTIVES[kind].model_class
 
 
 def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
@@ -270,13 +267,13 @@ def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
     try:
         cfg = _classes(path, config)[0].from_dict(config["model"])
     except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has an invalid config ({e})") from None
     return 3 * 8 * _parameter_count(cfg) + (64 << 20)
 
 
 def _kind_of(model: Any) -> str:
-    for kind, (_, cls) in _KINDS.items():
-        if isinstance(model, cls):
+    for kind, objective in OBJECTIVES.items():
+        if isinstance(model, objective.model_class):
             return kind
     raise TypeError(f"model: expected a HookedEncoder or a HookedDecoder, got "
                     f"{type(model).__name__}")
@@ -300,7 +297,7 @@ def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] 
     ``meta`` device (no memory)."""
     specs: dict[str, tuple[tuple[int, ...], str]] = {}
     for file, listed in files.items():
-        held_here = _tensor_specs(file)
+        held_here = tensor_specs(file)
         if listed is not None and set(held_here) != listed:
             raise CheckpointError(f"path: {file.name} holds other tensors than {INDEX_FILE} "
                                   f"assigns it in {path}")
@@ -309,14 +306,14 @@ def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] 
     held = sum(math.prod(shape) for shape, _ in specs.values())
     need = _parameter_count(cfg)
     if need != held:
-        raise CheckpointError(f"path: {path / 'config.json'} describes a model of {need:,} "
+        raise CheckpointError(f"path: {path / CONFIG_FILE} describes a model of {need:,} "
                               f"parameters but {name} holds {held:,} numbers; refused before "
                               "building the model")
     dtypes = {dt for _, dt in specs.values()}
-    if len(dtypes) != 1 or not dtypes <= set(_SAFETENSORS_DTYPES):
+    if len(dtypes) != 1 or not dtypes <= set(SAFETENSORS_DTYPES):
         raise CheckpointError(f"path: {name} in {path} hold dtypes {sorted(dtypes)}; expected one of "
-                              f"{sorted(_SAFETENSORS_DTYPES)} for every tensor")
-    model_cls = HookedDecoder if isinstance(cfg, DecoderConfig) else HookedEncoder
+                              f"{sorted(SAFETENSORS_DTYPES)} for every tensor")
+    model_cls = objective_for(cfg).model_class
     expected = {k: tuple(v.shape)
                 for k, v in model_cls.uninitialized(cfg, device="meta").state_dict().items()}
     found = {k: shape for k, (shape, _) in specs.items()}
@@ -327,7 +324,7 @@ def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] 
         raise CheckpointError(
             f"path: weights in {path} do not match its config: missing {missing[:5]}, unexpected "
             f"{unexpected[:5]}, shape (expected, found) {dict(list(bad_shapes.items())[:5])}")
-    return _SAFETENSORS_DTYPES[dtypes.pop()]
+    return SAFETENSORS_DTYPES[dtypes.pop()]
 
 
 def load_checkpoint_info(
@@ -361,23 +358,23 @@ def load_checkpoint_info(
         task_cfg = TaskConfig.from_dict(raw["task"]) if raw.get("task") else None
         train_cfg = TrainConfig.from_dict(raw["train"]) if raw.get("train") else None
     except (KeyError, TypeError, ValueError) as e:
-        raise CheckpointError(f"path: {path / 'config.json'} has an invalid config ({e})") from None
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has an invalid config ({e})") from None
     metadata = raw.get("metadata") or {}
     if not isinstance(metadata, dict):
-        raise CheckpointError(f"path: {path / 'config.json'} has 'metadata' of type "
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has 'metadata' of type "
                               f"{type(metadata).__name__}; expected a JSON object")
     step = raw.get("step")
     if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
-        raise CheckpointError(f"path: {path / 'config.json'} has step {step!r}; expected an "
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has step {step!r}; expected an "
                               "integer >= 0 or null")
     if config is not None and config != model_cfg:
         diff = {k: (v, getattr(model_cfg, k, None)) for k, v in config.to_dict().items()
                 if getattr(model_cfg, k, None) != v}
         raise ConfigMismatchError(f"config: checkpoint {path} has a different model config; "
                                   f"(expected, found) per field: {diff}")
-    files = _weight_files(path)
+    files = weight_files(path)
     dtype = _check_weights_fit(path, model_cfg, files)  # before anything is allocated
-    tensors = {k: v for file in files for k, v in _load_tensors(file).items()}
+    tensors = {k: v for file in files for k, v in load_tensors(file).items()}
     if dtype in (torch.bfloat16, torch.float16):
         dtype = torch.float32  # half precision is a storage format: the model computes in float32
     model = model_cls.uninitialized(model_cfg).to(dtype)  # every weight is loaded next
@@ -406,30 +403,8 @@ def load_training_state(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor
     """The ``(tensors, json_state)`` training state saved with a checkpoint (for resuming)."""
     path = _resolve(path)
     _read_config(path)
-    if not (path / "state.json").exists():
-        raise CheckpointError(f"path: {path} has no training state (state.json); it cannot be "
+    if not has_training_state(path):
+        raise CheckpointError(f"path: {path} has no training state ({STATE_FILE}); it cannot be "
                               "resumed from")
-    state = _read_json(path, "state.json")
-    return _load_tensors(path / "state.safetensors"), state
-
-
-def list_checkpoints(run_dir: str | os.PathLike) -> dict[int, Path]:
-    """``{step: checkpoint directory}`` of a run, sorted by step (empty if none)."""
-    root = Path(run_dir) / "checkpoints"
-    found: dict[int, Path] = {}
-    if root.is_dir():
-        for p in root.iterdir():
-            if p.is_dir() and p.name.startswith("step_") and (p / "config.json").exists():
-                try:
-                    found[int(p.name[5:])] = p
-                except ValueError:
-                    continue
-    return dict(sorted(found.items()))
-
-
-def latest_checkpoint(run_dir: str | os.PathLike, with_state: bool = False) -> Path | None:
-    """The checkpoint with the largest step (optionally only among those holding training state)."""
-    for step, p in reversed(list(list_checkpoints(run_dir).items())):
-        if not with_state or (p / "state.json").exists():
-            return p
-    return None
+    state = read_json(path, STATE_FILE)
+    return load_tensors(path / STATE_TENSORS_FILE), state

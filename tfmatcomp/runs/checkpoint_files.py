@@ -1,6 +1,7 @@
 """The weight files of a checkpoint: dtypes, shards and their index, safe reads of files and headers.
 
-:mod:`tfmatcomp.runs.checkpoint` writes and loads checkpoints through these. A checkpoint's weights are
+:mod:`tfmatcomp.runs.checkpoint` writes and loads checkpoints through these (the file names are
+:mod:`tfmatcomp.runs.layout`'s). A checkpoint's weights are
 one ``model.safetensors`` or, when larger than ``max_shard_mb``, shards
 ``model-0000k-of-0000n.safetensors`` with ``model.safetensors.index.json`` (transformers' layout:
 ``{"metadata": {"total_size": bytes}, "weight_map": {tensor name: shard file}}``). Every file a
@@ -8,7 +9,7 @@ checkpoint names is opened only if it is a plain file inside the checkpoint dire
 
 Example:
     >>> import torch
-    >>> shards = _shards({"a": torch.zeros(1000), "b": torch.zeros(1000)}, max_bytes=5000)
+    >>> shards = pack_shards({"a": torch.zeros(1000), "b": torch.zeros(1000)}, max_bytes=5000)
     >>> [list(s) for s in shards]
     [['a'], ['b']]
 """
@@ -19,7 +20,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -28,16 +28,20 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, SHARD_NAME, WEIGHTS_FILE, shard_name
 from tfmatcomp.validation import read_json_bounded
 
-__all__ = ["CheckpointError", "checkpoint_dtype", "WEIGHTS_FILE", "INDEX_FILE"]
+__all__ = ["CheckpointError", "checkpoint_dtype", "SAFETENSORS_DTYPES", "MAX_JSON_BYTES",
+           "sha256_file", "plain_file", "read_json", "shard_limit", "pack_shards",
+           "write_weights", "weight_files", "tensor_specs", "load_tensors"]
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded safely: missing, corrupted, pickled, or inconsistent."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 hex digest of the file at ``path``, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -45,12 +49,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-_MAX_JSON_BYTES = 64 << 20  # config.json / state.json larger than this are refused unread
-_SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+#: ``config.json`` / ``state.json`` larger than this are refused unread.
+MAX_JSON_BYTES = 64 << 20
+#: safetensors' dtype names -> the torch dtypes a checkpoint's weights may have.
+SAFETENSORS_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
                        "BF16": torch.bfloat16}
-WEIGHTS_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
-_SHARD_NAME = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 #: Names :func:`checkpoint_dtype` accepts (``TrainConfig.checkpoint_dtype`` holds the first three).
 _DTYPE_NAMES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
                 "float64": torch.float64, "fp32": torch.float32, "bf16": torch.bfloat16,
@@ -61,7 +64,7 @@ _MAX_SHARD_MB = 1 << 20  # a shard limit above 1 TiB is surely a unit mistake
 _ENTRY_BYTES, _FILE_BYTES = 160, 64
 
 
-def _plain_file(directory: Path, name: Any) -> Path:
+def plain_file(directory: Path, name: Any) -> Path:
     """``directory / name`` if ``name`` is a plain file name (no separator, not ``..``) of a regular
     file inside ``directory`` (a symlink only if it stays inside); else :class:`CheckpointError`.
 
@@ -71,7 +74,7 @@ def _plain_file(directory: Path, name: Any) -> Path:
     """
     if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name
             or "\0" in name or (os.altsep and os.altsep in name)):
-        raise CheckpointError(f"path: {directory / 'config.json'} names the file {name!r}; only "
+        raise CheckpointError(f"path: {directory / CONFIG_FILE} names the file {name!r}; only "
                               "plain file names inside the checkpoint directory are accepted")
     file = directory / name
     try:
@@ -92,11 +95,12 @@ def _plain_file(directory: Path, name: Any) -> Path:
     return file
 
 
-def _read_json(directory: Path, name: str) -> Any:
-    """The JSON content of the plain file ``name`` in ``directory``, size-bounded."""
-    file = _plain_file(directory, name)
+def read_json(directory: Path, name: str) -> Any:
+    """The JSON content of the plain file ``name`` in ``directory`` (:func:`plain_file`), at most
+    :data:`MAX_JSON_BYTES`; :class:`CheckpointError` otherwise."""
+    file = plain_file(directory, name)
     try:
-        return read_json_bounded("path", file, _MAX_JSON_BYTES)
+        return read_json_bounded("path", file, MAX_JSON_BYTES)
     except ValueError as e:  # too large, not UTF-8, not JSON: named as a checkpoint problem
         raise CheckpointError(str(e)) from None
 
@@ -122,8 +126,13 @@ def checkpoint_dtype(dtype: torch.dtype | str | None) -> torch.dtype | None:
                      f"torch.float64 or one of {sorted(_DTYPE_NAMES)}, got {dtype!r}")
 
 
-def _shard_limit(max_shard_mb: Any) -> int | None:
-    """``max_shard_mb`` in bytes (None: no sharding), or ``ValueError`` naming the range."""
+def shard_limit(max_shard_mb: Any) -> int | None:
+    """``max_shard_mb`` in bytes (None: no sharding), or ``ValueError`` naming the range.
+
+    Example:
+        >>> shard_limit(None), shard_limit(0.5)
+        (None, 524288)
+    """
     if max_shard_mb is None:
         return None
     ok = (isinstance(max_shard_mb, (int, float)) and not isinstance(max_shard_mb, bool)
@@ -134,7 +143,7 @@ def _shard_limit(max_shard_mb: Any) -> int | None:
     return int(max_shard_mb * (1 << 20))
 
 
-def _shards(weights: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
+def pack_shards(weights: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
     """Tensors packed in order into shards whose files stay under ``max_bytes``; a tensor larger
     than that alone goes into a shard of its own."""
     shards: list[dict[str, torch.Tensor]] = [{}]
@@ -149,15 +158,16 @@ def _shards(weights: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, 
     return shards
 
 
-def _write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes: int | None) -> None:
-    """``model.safetensors``, or shards and their index when they do not fit in one file."""
-    shards = [weights] if max_bytes is None else _shards(weights, max_bytes)
+def write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes: int | None) -> None:
+    """Write ``weights`` into ``directory``: ``model.safetensors``, or shards and their index when
+    they do not fit in one file of ``max_bytes`` (None: never shard)."""
+    shards = [weights] if max_bytes is None else pack_shards(weights, max_bytes)
     if len(shards) == 1:
         save_file(weights, directory / WEIGHTS_FILE)
         return
     weight_map = {}
     for i, shard in enumerate(shards, 1):
-        name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        name = shard_name(i, len(shards))
         save_file(shard, directory / name)
         weight_map.update(dict.fromkeys(shard, name))
     total = sum(t.numel() * t.element_size() for t in weights.values())
@@ -165,19 +175,19 @@ def _write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes:
     (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
 
 
-def _weight_files(path: Path) -> dict[Path, set[str] | None]:
+def weight_files(path: Path) -> dict[Path, set[str] | None]:
     """The checkpoint's weight files, each with the tensor names its index assigns it (None for
     the single ``model.safetensors``, which holds them all)."""
     if not (path / INDEX_FILE).exists():
-        return {_plain_file(path, WEIGHTS_FILE): None}
-    index = _read_json(path, INDEX_FILE)
+        return {plain_file(path, WEIGHTS_FILE): None}
+    index = read_json(path, INDEX_FILE)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"path: {path / INDEX_FILE} has no 'weight_map' of tensor name -> "
                               "shard file")
     files: dict[str, set[str]] = {}
     for tensor, name in weight_map.items():
-        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+        if not isinstance(name, str) or not SHARD_NAME.fullmatch(name):
             raise CheckpointError(f"path: {path / INDEX_FILE} puts {tensor!r} in {name!r}; "
                                   "expected a shard name model-0000k-of-0000n.safetensors")
         files.setdefault(name, set()).add(tensor)
@@ -186,11 +196,11 @@ def _weight_files(path: Path) -> dict[Path, set[str] | None]:
         if not (path / name).exists():
             raise CheckpointError(f"path: shard {name} of {path} is missing (listed in {INDEX_FILE}"
                                   f" for {len(tensors)} tensors)")
-        out[_plain_file(path, name)] = tensors
+        out[plain_file(path, name)] = tensors
     return out
 
 
-def _tensor_specs(file: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+def tensor_specs(file: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     """``{name: (shape, dtype)}`` from a safetensors header, without reading any tensor."""
     try:
         with safe_open(file, framework="pt") as f:
@@ -200,8 +210,10 @@ def _tensor_specs(file: Path) -> dict[str, tuple[tuple[int, ...], str]]:
         raise CheckpointError(f"path: {file} is not a readable safetensors file ({e})") from None
 
 
-def _load_tensors(file: Path) -> dict[str, torch.Tensor]:
-    file = _plain_file(file.parent, file.name)
+def load_tensors(file: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the safetensors ``file`` (a plain file, see :func:`plain_file`), on the CPU;
+    :class:`CheckpointError` when it cannot be read."""
+    file = plain_file(file.parent, file.name)
     try:
         return load_file(file)
     except (SafetensorError, OSError, ValueError) as e:

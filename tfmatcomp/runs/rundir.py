@@ -41,12 +41,16 @@ import datetime
 import json
 import math
 import os
-import re
 import shutil
 import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from tfmatcomp.runs.layout import (
+    BAD_LINES_FILE, CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, LEFTOVER, LOCK_FILE, METRICS_FILE,
+    RUN_FILE, RUN_FILES, SEED_DIR, START_FILES, STATE_FILE, STATE_TENSORS_FILE, TMP_SUFFIX,
+    checkpoints_root, latest_checkpoint, list_checkpoints, seed_dir,
+)
 from tfmatcomp.validation import MAX_LOG_BYTES, read_bounded, read_json_bounded
 
 if TYPE_CHECKING:
@@ -58,23 +62,11 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
     import msvcrt
 
-__all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "LOCK_FILE", "METRICS_FILE",
-           "BAD_LINES_FILE", "is_empty", "foreign_entries", "check_fresh", "check_kind",
-           "checkpoint_dirs", "remove_leftovers", "read_log", "cut_back", "run_configs",
-           "strip_state", "fingerprint", "write_atomic"]
+__all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "is_empty", "foreign_entries",
+           "check_fresh", "check_kind", "check_group", "check_group_resumable",
+           "remove_leftovers", "read_log", "cut_back", "run_configs", "strip_state",
+           "fingerprint", "write_atomic"]
 
-#: The lock file inside a run directory.
-LOCK_FILE = ".lock"
-#: The metrics log, one JSON object per logged step.
-METRICS_FILE = "metrics.jsonl"
-#: Where resume keeps the metrics log's unreadable lines (``{"line": n, "text": ...}`` per line).
-BAD_LINES_FILE = "metrics.jsonl.bad"
-#: What a start that failed before its first logged step leaves (besides an empty metrics log).
-_START_FILES = {LOCK_FILE, "run.json", "seeds.json"}
-#: Everything a run or a multi-seed group writes; ``overwrite`` clears nothing else.
-_RUN_FILES = _START_FILES | {METRICS_FILE, f"{METRICS_FILE}.tmp", BAD_LINES_FILE, "checkpoints"}
-_SEED_DIR = re.compile(r"seed-\d+")
-_LEFTOVER = re.compile(r"\.(step_\d+)\.(tmp|old)-.+")
 _WINDOWS_LOCK_OFFSET = 1 << 30  # lock a byte far past the holder's note, so it stays readable
 
 
@@ -96,11 +88,11 @@ def is_empty(out_dir: str | os.PathLike) -> bool:
     ``run.json``, ``seeds.json``, an empty ``metrics.jsonl`` and ``seed-N`` directories that are
     themselves empty in this sense."""
     for p in _entries(Path(out_dir)):
-        if p.name in _START_FILES and not p.is_dir():
+        if p.name in START_FILES and not p.is_dir():
             continue
-        if p.name == "metrics.jsonl" and p.is_file() and p.stat().st_size == 0:
+        if p.name == METRICS_FILE and p.is_file() and p.stat().st_size == 0:
             continue
-        if _SEED_DIR.fullmatch(p.name) and p.is_dir() and is_empty(p):
+        if SEED_DIR.fullmatch(p.name) and p.is_dir() and is_empty(p):
             continue
         return False
     return True
@@ -110,9 +102,9 @@ def foreign_entries(out_dir: str | os.PathLike) -> list[str]:
     """Entries of ``out_dir`` that no run writes (``seed-N`` directories are looked into)."""
     found = []
     for p in _entries(Path(out_dir)):
-        if _SEED_DIR.fullmatch(p.name) and p.is_dir():
+        if SEED_DIR.fullmatch(p.name) and p.is_dir():
             found += [f"{p.name}/{q}" for q in foreign_entries(p)]
-        elif p.name not in _RUN_FILES:
+        elif p.name not in RUN_FILES:
             found.append(p.name)
     return found
 
@@ -156,26 +148,58 @@ def check_kind(out_dir: str | os.PathLike, group: bool) -> None:
     """
     out_dir = Path(out_dir)
     if group:
-        log = out_dir / "metrics.jsonl"
-        if (out_dir / "checkpoints").exists() or (log.is_file() and log.stat().st_size):
+        log = out_dir / METRICS_FILE
+        if (out_dir / CHECKPOINTS_DIR).exists() or (log.is_file() and log.stat().st_size):
             raise RunDirError(f"out_dir: {out_dir} holds a single run (metrics.jsonl, "
                               "checkpoints/), not a multi-seed group; resume it with train()")
-    elif (out_dir / "seeds.json").exists() or any(
-            _SEED_DIR.fullmatch(p.name) and p.is_dir() and not is_empty(p)
+    elif (out_dir / GROUP_FILE).exists() or any(
+            SEED_DIR.fullmatch(p.name) and p.is_dir() and not is_empty(p)
             for p in _entries(out_dir)):
         raise RunDirError(f"out_dir: {out_dir} is a multi-seed group; resume it with train_many(), "
                           f"or one seed alone with out_dir={out_dir / 'seed-N'}")
 
 
-def checkpoint_dirs(out_dir: str | os.PathLike) -> dict[int, Path]:
-    """``{step: directory}`` of every ``checkpoints/step_*`` directory, usable or not (unlike
-    :func:`tfmatcomp.list_checkpoints`, which lists only those with a ``config.json``)."""
-    found = {}
-    for p in _entries(Path(out_dir) / "checkpoints"):
-        m = re.fullmatch(r"step_(\d+)", p.name)
-        if m and p.is_dir():
-            found[int(m.group(1))] = p
-    return dict(sorted(found.items()))
+def check_group(out_dir: str | os.PathLike, seeds: list[int], resuming: bool,
+                overwrite: bool = False) -> None:
+    """Check that the multi-seed group of ``seeds`` may train in ``out_dir`` (whose lock the
+    caller holds): a resume needs a group of the same seeds there (or nothing), a fresh start an
+    empty directory (:func:`check_fresh`, which ``overwrite`` clears).
+
+    Raises:
+        RunDirError: ``out_dir`` holds a single run, another run, or an unreadable ``seeds.json``.
+        ValueError: ``out_dir`` holds a group of other seeds.
+    """
+    out_dir = Path(out_dir)
+    if not resuming:
+        check_fresh(out_dir, overwrite)
+        return
+    check_kind(out_dir, group=True)
+    path = out_dir / GROUP_FILE
+    if not path.exists():
+        return
+    try:
+        theirs = [int(s) for s in read_json_bounded(GROUP_FILE, path)["seeds"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
+                          "to start this directory again") from None
+    if sorted(theirs) != seeds:
+        diff = sorted(set(theirs) ^ set(seeds))
+        raise ValueError(f"seeds: {diff} differ: {out_dir} holds the group of seeds "
+                         f"{sorted(theirs)}, this call asks for {seeds}; resume with the "
+                         "same seeds or choose another directory")
+
+
+def check_group_resumable(out_dir: str | os.PathLike, seeds: list[int]) -> None:
+    """Refuse a group in which some seeds have a resumable checkpoint and others none.
+
+    Raises:
+        ValueError: naming the seeds without one.
+    """
+    missing = [s for s in seeds
+               if latest_checkpoint(seed_dir(out_dir, s), with_state=True) is None]
+    if missing and len(missing) < len(seeds):
+        raise ValueError(f"seeds: {missing} have no resumable checkpoint under {out_dir}; "
+                         "resume them separately or start a new directory")
 
 
 def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
@@ -188,21 +212,22 @@ def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
     """
     out_dir = Path(out_dir)
     removed = []
-    for p in _entries(out_dir / "checkpoints"):
-        m = _LEFTOVER.fullmatch(p.name)
+    config_tmp, log_tmp = CONFIG_FILE + TMP_SUFFIX, METRICS_FILE + TMP_SUFFIX
+    for p in _entries(checkpoints_root(out_dir)):
+        m = LEFTOVER.fullmatch(p.name)
         if m and p.is_dir():
             target = p.with_name(m.group(1))
-            if m.group(2) == "old" and not target.exists() and (p / "config.json").exists():
+            if m.group(2) == "old" and not target.exists() and (p / CONFIG_FILE).exists():
                 os.replace(p, target)
                 continue
             shutil.rmtree(p, ignore_errors=True)
-            removed.append(f"checkpoints/{p.name}")
-        elif p.is_dir() and (p / "config.json.tmp").exists():
-            (p / "config.json.tmp").unlink()
-            removed.append(f"checkpoints/{p.name}/config.json.tmp")
-    if (out_dir / "metrics.jsonl.tmp").exists():
-        (out_dir / "metrics.jsonl.tmp").unlink()
-        removed.append("metrics.jsonl.tmp")
+            removed.append(f"{CHECKPOINTS_DIR}/{p.name}")
+        elif p.is_dir() and (p / config_tmp).exists():
+            (p / config_tmp).unlink()
+            removed.append(f"{CHECKPOINTS_DIR}/{p.name}/{config_tmp}")
+    if (out_dir / log_tmp).exists():
+        (out_dir / log_tmp).unlink()
+        removed.append(log_tmp)
     return removed
 
 
@@ -239,7 +264,7 @@ def read_log(path: str | os.PathLike, stacklevel: int = 2
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: a reader never sees half
     a file, and whatever was at ``path`` (a fifo, a symlink) is replaced, not opened."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(path.name + TMP_SUFFIX)
     tmp.write_text(text)
     os.replace(tmp, path)
 
@@ -252,7 +277,7 @@ def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
     ``metrics.jsonl.bad``. Call it only while holding the directory's lock.
     """
     out_dir = Path(out_dir)
-    later = [p for s, p in checkpoint_dirs(out_dir).items() if s > step]
+    later = [p for s, p in list_checkpoints(out_dir, complete=False).items() if s > step]
     for p in later:
         shutil.rmtree(p)
     if later:
@@ -276,14 +301,15 @@ def run_configs(out_dir: str | os.PathLike
     Raises:
         RunDirError: ``run.json`` is unreadable.
     """
-    from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig  # standalone
+    from tfmatcomp.config import TaskConfig, TrainConfig  # standalone
+    from tfmatcomp.training.objectives import DEFAULT_KIND, objective_named
 
-    path = Path(out_dir) / "run.json"
+    path = Path(out_dir) / RUN_FILE
     if not path.exists():
         return None
     try:
-        run = read_json_bounded("run.json", path)
-        model_cls = DecoderConfig if run.get("kind") == "decoder" else EncoderConfig
+        run = read_json_bounded(RUN_FILE, path)
+        model_cls = objective_named(run.get("kind", DEFAULT_KIND)).config_class
         return (model_cls.from_dict(run["model"]), TaskConfig.from_dict(run["task"]),
                 TrainConfig.from_dict(run["train"]))
     except (ValueError, KeyError, TypeError) as e:
@@ -295,12 +321,12 @@ def strip_state(path: str | os.PathLike) -> None:
     """Drop a checkpoint's training state, rewriting its ``config.json`` file list atomically
     first (a kill in between leaves files that nothing lists, never a list naming lost files)."""
     path = Path(path)
-    config_file = path / "config.json"
-    config = read_json_bounded("config.json", config_file)
-    for name in ("state.safetensors", "state.json"):
+    config_file = path / CONFIG_FILE
+    config = read_json_bounded(CONFIG_FILE, config_file)
+    for name in (STATE_TENSORS_FILE, STATE_FILE):
         config.get("files", {}).pop(name, None)
     write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True))
-    for name in ("state.safetensors", "state.json"):
+    for name in (STATE_TENSORS_FILE, STATE_FILE):
         (path / name).unlink(missing_ok=True)
 
 
@@ -308,7 +334,7 @@ def fingerprint(out_dir: str | os.PathLike) -> tuple:
     """What changes when anyone trains in ``out_dir``: the log's size and time, the checkpoints."""
     log = Path(out_dir) / METRICS_FILE
     stat = (log.stat().st_size, log.stat().st_mtime_ns) if log.exists() else None
-    return stat, tuple(checkpoint_dirs(out_dir))
+    return stat, tuple(list_checkpoints(out_dir, complete=False))
 
 
 # ---------------------------------------------------------------------------------- the lock

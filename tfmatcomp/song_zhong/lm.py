@@ -15,11 +15,12 @@ document, so the context basis has cluster labels too.
   :func:`~tfmatcomp.save_checkpoint` (safetensors + JSON) into the trainers' run-directory layout
   (``RUN_DIR/checkpoints/step_XXXXXXX/``, ``RUN_DIR/metrics.jsonl``).
 
-The matrix-completion :class:`~tfmatcomp.Trainer` is not reused for the loop itself: it is built
-around a :class:`~tfmatcomp.MatrixCompletionTask` (its batches, losses and evaluation) and a
-constant-rate Adam. What fits is reused: the decoder's own forward and loss, the checkpoint format,
-the run directory's rules (:func:`tfmatcomp.runs.rundir.check_fresh`) and its metrics log, which
-:func:`tfmatcomp.read_metrics` reads.
+:func:`train_lm` runs the trainers' one loop (:func:`tfmatcomp.training.loop.run_loop`): its
+:class:`LMStep` is the update (AdamW on next-token cross-entropy, the learning-rate schedule,
+gradient clipping), its :class:`LMRun` the run it writes, so the schedule of logs and checkpoints,
+the run directory's lock and rules (:mod:`tfmatcomp.runs.rundir`) and the divergence check
+(:class:`FloatingPointError`) are those of :func:`tfmatcomp.train`. Its metrics log is read by
+:func:`tfmatcomp.read_metrics`.
 
 Example:
     >>> import torch, tfmatcomp as tm
@@ -51,12 +52,18 @@ from torch import Tensor
 
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
+from tfmatcomp.runs import rundir
+from tfmatcomp.runs.layout import (
+    METRICS_FILE, checkpoint_path, has_training_state, latest_checkpoint, list_checkpoints,
+)
+from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.song_zhong.corpus import Document
+from tfmatcomp.training.loop import Schedule, TrainingStep, check_resume_overwrite, run_loop
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
 
 __all__ = ["CharTokenizer", "tokenizer_from_metadata", "pydoc_documents", "encode_documents",
-           "text_sampler", "Sampler", "LMResult", "train_lm", "cosine_lr"]
+           "text_sampler", "Sampler", "LMResult", "LMStep", "LMRun", "train_lm", "cosine_lr"]
 
 #: A batch source: ``sampler(batch_size, generator)`` returns tokens ``[batch, T]`` or
 #: ``(tokens, weights)`` with ``weights [batch, T]`` saying which next-token targets count
@@ -260,6 +267,7 @@ def train_lm(
     log_every: int = 100,
     eval_batches: int = 4,
     out_dir: str | os.PathLike | None = None,
+    resume: bool = False,
     overwrite: bool = False,
     checkpoint_every: int = 0,
     metadata: dict[str, Any] | None = None,
@@ -289,15 +297,25 @@ def train_lm(
         log_every: log (and evaluate) every this many updates, and at the last one.
         eval_batches: evaluation batches of ``batch_size``.
         out_dir: a run directory: ``metrics.jsonl`` and ``checkpoints/step_XXXXXXX/`` (the last
-            step always, and every ``checkpoint_every`` steps when positive). It must be empty
-            unless ``overwrite``, which clears a run directory first.
+            step always, and every ``checkpoint_every`` steps when positive; the latest one holds
+            the training state). It must be empty unless ``resume`` or ``overwrite``, which
+            clears a run directory first. It is locked while training writes it.
+        resume: continue the run in ``out_dir`` from its latest checkpoint with training state
+            (weights, AdamW moments, the schedule's position, the training stream), exactly as
+            the uninterrupted run at the same thread count; the run is cut back to that step.
+            The same recipe is required (``n_steps``, ``lr``, ... as recorded in the checkpoint's
+            ``train_lm`` metadata). An empty ``out_dir`` starts from step 0.
         metadata: more JSON-ready entries for the checkpoints' metadata (e.g. ``family``, the
             label the geometry report shows).
         progress: a tqdm progress bar.
 
     Raises:
-        ValueError: an argument out of range (the message names it), a sampler whose tokens do not
-            fit the model, or a non-finite loss.
+        ValueError: an argument out of range (the message names it), or a sampler whose tokens do
+            not fit the model.
+        FloatingPointError: a non-finite loss (training stops before that update).
+        RunDirError: ``out_dir`` holds a run (without ``resume`` or ``overwrite``), another
+            trainer holds it, or it has checkpoints but none with training state.
+        ConfigMismatchError: resuming a run of another model config or recipe.
 
     Example:
         >>> import tfmatcomp as tm
@@ -307,11 +325,6 @@ def train_lm(
         >>> bool(r.metrics["eval_loss"].iloc[-1] < 1.0)    # the cycle 0 1 2 3 4 is learned
         True
     """
-    from tqdm.auto import tqdm
-
-    from tfmatcomp.runs import rundir
-    from tfmatcomp.runs.checkpoint import checkpoint_dir_name, save_checkpoint
-
     check_positive_int("n_steps", n_steps)
     check_positive_int("batch_size", batch_size)
     check_positive_float("lr", lr)
@@ -322,6 +335,9 @@ def train_lm(
     if grad_clip is not None:
         check_positive_float("grad_clip", grad_clip)
     check_seed("seed", seed)
+    check_resume_overwrite(resume, overwrite)
+    if resume and out_dir is None:
+        raise ValueError("out_dir: resume needs a run directory")
     check_positive_int("log_every", log_every)
     check_positive_int("eval_batches", eval_batches)
     if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
@@ -335,10 +351,6 @@ def train_lm(
         raise ValueError(f"tokenizer: {tokenizer.vocab_size} characters, but the model's d_vocab is "
                          f"{model.cfg.d_vocab}")
     out = Path(out_dir) if out_dir is not None else None
-    if out is not None:
-        rundir.check_fresh(out, overwrite)
-        out.mkdir(parents=True, exist_ok=True)
-    device = model.device
     train_gen = torch.Generator().manual_seed(seed + 1)
     eval_gen = torch.Generator().manual_seed(seed + 2)
     evaluation = [_split((eval_sampler or sampler)(batch_size, eval_gen)) for _ in range(eval_batches)]
@@ -355,45 +367,194 @@ def train_lm(
                          "weight_decay": weight_decay, "grad_clip": grad_clip, "seed": seed},
             **(metadata or {})}
     json.dumps(meta)  # refuse what the checkpoint could not record, before training
-    records: list[dict[str, Any]] = []
-    path = None
-    log = open(out / rundir.METRICS_FILE, "a") if out is not None else None
-
-    def save(step: int) -> Path:
-        return save_checkpoint(model, out / "checkpoints" / checkpoint_dir_name(step), step=step,
-                               metadata=meta)
-
+    run = LMRun(model, optimizer, schedule, train_gen, out,
+                Schedule(n_steps, log_every, (), checkpoint_every), meta, overwrite=overwrite,
+                progress=progress)
+    step = LMStep(run, sampler, evaluation, batch_size, grad_clip)
     try:
-        model.train()
-        for step in tqdm(range(1, n_steps + 1), disable=not progress, desc="train_lm"):
-            tokens, weights = _split(sampler(batch_size, train_gen))
-            model.check_tokens(tokens)
-            tokens = tokens.to(device)
-            loss = next_token_loss(model(tokens), tokens, None if weights is None else weights.to(device))
-            if not torch.isfinite(loss):
-                raise ValueError(f"lr: training diverged at step {step} (loss {loss.item()}); "
-                                 f"try a lower lr (now {lr})")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-            current_lr = optimizer.param_groups[0]["lr"]
-            optimizer.step()
-            schedule.step()
-            if step % log_every == 0 or step == n_steps:
-                record = {"step": step, "lr": current_lr, "train_loss": loss.item(),
-                          "eval_loss": _evaluate(model, evaluation)}
-                records.append(record)
-                if log is not None:
-                    log.write(json.dumps(record) + "\n")
-                    log.flush()
-            if out is not None and (step == n_steps or (checkpoint_every and step % checkpoint_every == 0)):
-                path = save(step)
+        if resume:
+            run.resume()
+        run_loop(run, step, n_steps, desc="train_lm")
     finally:
-        if log is not None:
-            log.close()
+        run.close()
         model.eval()
-    return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(records), path=path)
+    return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(run.records),
+                    path=run.path)
+
+
+class LMStep(TrainingStep):
+    """One update of :func:`train_lm`: a batch from ``sampler``, next-token cross-entropy (weighted
+    when the sampler gives weights), AdamW with gradient clipping, one step of the learning-rate
+    schedule. A non-finite loss raises :class:`FloatingPointError` before the update."""
+
+    def __init__(self, run: LMRun, sampler: Sampler,
+                 evaluation: list[tuple[Tensor, Tensor | None]], batch_size: int,
+                 grad_clip: float | None):
+        self.run, self.model, self.optimizer = run, run.model, run.optimizer
+        self.sampler, self.evaluation = sampler, evaluation
+        self.batch_size, self.grad_clip = batch_size, grad_clip
+
+    def update(self) -> tuple[float, Tensor]:
+        """One update; returns the learning rate it used and its (pre-update) loss."""
+        model = self.model
+        tokens, weights = _split(self.sampler(self.batch_size, self.run.train_gen))
+        model.check_tokens(tokens)
+        tokens = tokens.to(model.device)
+        loss = next_token_loss(model(tokens), tokens,
+                               None if weights is None else weights.to(model.device))
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training diverged at step {self.run.step + 1}: loss is "
+                                     f"{loss.item()}; "
+                                     f"try a lower lr (now {self.optimizer.defaults['lr']})")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
+        current_lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.step()
+        self.run.lr_schedule.step()
+        return current_lr, loss
+
+    def train_metrics(self, update: tuple[float, Tensor]) -> list[dict[str, Any]]:
+        current_lr, loss = update
+        return [{"lr": current_lr, "train_loss": loss.item()}]
+
+    def evaluate(self) -> list[dict[str, float]]:
+        return [{"eval_loss": _evaluate(self.model, self.evaluation)}]
+
+
+class LMRun:
+    """The run :func:`train_lm` writes (the loop's host and its one run record): the model and its
+    training state (AdamW, the learning-rate schedule, the training stream), the metrics log
+    (``step``, ``lr``, ``train_loss``, ``eval_loss`` per row) and the checkpoints, with the
+    tokenizer and the recipe in their metadata. Its directory is locked while it trains and must
+    be empty unless it is resumed or ``overwrite`` (:mod:`tfmatcomp.runs.rundir`)."""
+
+    def __init__(self, model: HookedDecoder, optimizer: torch.optim.Optimizer,
+                 lr_schedule: torch.optim.lr_scheduler.LRScheduler, train_gen: torch.Generator,
+                 out_dir: Path | None, schedule: Schedule, metadata: dict[str, Any],
+                 overwrite: bool = False, progress: bool = False):
+        self.model, self.optimizer, self.lr_schedule = model, optimizer, lr_schedule
+        self.train_gen = train_gen
+        self.out_dir, self.schedule, self.metadata = out_dir, schedule, metadata
+        self.overwrite, self.progress = overwrite, progress
+        self.step, self.elapsed_s = 0, 0.0
+        self.records: list[dict[str, Any]] = []
+        #: the last checkpoint written (None before the first)
+        self.path: Path | None = None
+        self._lock = rundir.RunDirLock(out_dir) if out_dir is not None else None
+        self._claimed = False
+
+    @property
+    def runs(self) -> list["LMRun"]:
+        return [self]
+
+    def start(self) -> None:
+        """Lock the run directory; a run not resumed needs an empty one (or ``overwrite``)."""
+        if self._lock is not None and not self._lock.held:
+            self._lock.acquire()
+            try:
+                if not self._claimed:
+                    rundir.check_fresh(self.out_dir, self.overwrite)
+                    self._claimed = True
+            except BaseException:
+                self._lock.release()
+                raise
+        self.model.train()
+
+    def close(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+    # ------------------------------------------------------------------- training state
+    def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
+        """``(tensors, json_state)``: what besides the weights a resume needs."""
+        opt = self.optimizer.state_dict()
+        tensors = {"rng.train": self.train_gen.get_state()}
+        for idx, st in opt["state"].items():
+            for key, value in st.items():
+                tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value)
+        schedule = {k: v for k, v in self.lr_schedule.state_dict().items() if k != "lr_lambdas"}
+        return tensors, {"step": self.step, "param_groups": opt["param_groups"],
+                         "lr_schedule": schedule}
+
+    def resume(self) -> bool:
+        """Continue from the latest checkpoint with training state (False: none, so the run
+        starts at step 0 in an empty directory). The run is cut back to that checkpoint.
+
+        Raises:
+            RunDirError: checkpoints without training state, or another trainer holds the lock.
+            ConfigMismatchError: the checkpoint is of another model config or recipe.
+        """
+        from tfmatcomp.runs.checkpoint import (ConfigMismatchError, load_checkpoint_info,
+                                               load_training_state)
+
+        self._lock.acquire()
+        self._claimed = True
+        rundir.check_kind(self.out_dir, group=False)
+        rundir.remove_leftovers(self.out_dir)
+        path = latest_checkpoint(self.out_dir, with_state=True)
+        if path is None:
+            if list_checkpoints(self.out_dir, complete=False):
+                raise RunDirError(f"out_dir: {self.out_dir} has checkpoints but none with training "
+                                  "state, so it cannot be resumed exactly; pass overwrite=True to "
+                                  "train it again from step 0")
+            foreign = rundir.foreign_entries(self.out_dir)
+            if foreign:
+                raise RunDirError(f"out_dir: {self.out_dir} holds files that no run writes "
+                                  f"({foreign[:6]}) and no checkpoint; choose another directory")
+            self.records = rundir.cut_back(self.out_dir, 0)  # killed before its first checkpoint
+            return False
+        model, info = load_checkpoint_info(path, config=self.model.cfg)
+        theirs, ours = info.metadata.get("train_lm"), self.metadata["train_lm"]
+        if theirs != ours:
+            raise ConfigMismatchError(f"train_lm: {path} was trained with {theirs}, this call asks "
+                                      f"for {ours}; resuming would not continue the same run")
+        tensors, state = load_training_state(path)
+        with torch.no_grad():
+            for p, q in zip(self.model.parameters(), model.parameters()):
+                p.copy_(q)
+        opt_state: dict[int, dict[str, Tensor]] = {}
+        for key, value in tensors.items():
+            if key.startswith("optimizer."):
+                _, idx, name = key.split(".", 2)
+                opt_state.setdefault(int(idx), {})[name] = value
+        groups = [{**saved, **{k: ours_[k] for k in ("betas", "fused", "foreach") if k in ours_}}
+                  for saved, ours_ in zip(state["param_groups"], self.optimizer.param_groups)]
+        self.optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
+        self.lr_schedule.load_state_dict({**self.lr_schedule.state_dict(), **state["lr_schedule"]})
+        self.train_gen.set_state(tensors["rng.train"])
+        self.step = int(state["step"])
+        self.path = path
+        self.records = rundir.cut_back(self.out_dir, self.step)
+        return True
+
+    # ------------------------------------------------------------------- the run's files
+    def open_log(self):
+        return open(self.out_dir / METRICS_FILE, "a") if self.out_dir is not None else None
+
+    def log(self, train: dict[str, Any], evaluation: dict[str, Any], log_file=None) -> dict[str, Any]:
+        record = {"step": self.step, **train, **evaluation}
+        self.records.append(record)
+        if log_file is not None:
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+        return record
+
+    def save_checkpoints(self) -> None:
+        """The checkpoint at this step, with the training state; older checkpoints keep their
+        weights and drop their state."""
+        from tfmatcomp.runs.checkpoint import save_checkpoint
+
+        self.path = save_checkpoint(self.model, checkpoint_path(self.out_dir, self.step),
+                                    step=self.step, metadata=self.metadata,
+                                    training_state=self.training_state())
+        for step, p in list_checkpoints(self.out_dir).items():
+            if step != self.step and has_training_state(p):
+                rundir.strip_state(p)
+
+    def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
+        return {"loss": f"{rows[0]['train_loss']:.3f}"}
 
 
 @torch.no_grad()

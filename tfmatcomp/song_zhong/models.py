@@ -235,15 +235,18 @@ def _is_tfmatcomp_checkpoint(p: Path) -> bool:
     """A tfmatcomp checkpoint directory, one of its weight files, or a run directory."""
     import json
 
+    from tfmatcomp.runs.checkpoint import FORMAT
+    from tfmatcomp.runs.layout import CHECKPOINTS_DIR, CONFIG_FILE
+
     if p.is_file():
         return True
-    if p.is_dir() and (p / "checkpoints").is_dir() and not (p / "config.json").exists():
+    if p.is_dir() and (p / CHECKPOINTS_DIR).is_dir() and not (p / CONFIG_FILE).exists():
         return True
-    cfg = p / "config.json"
+    cfg = p / CONFIG_FILE
     if not cfg.is_file():
         return False
     try:
-        return read_json_bounded("model_dir", cfg).get("format") == "tfmatcomp-checkpoint"
+        return read_json_bounded("model_dir", cfg).get("format") == FORMAT
     except (ValueError, AttributeError):
         return False
 

@@ -60,7 +60,7 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from tfmatcomp.models.components.layer_norm import _hooked
+from tfmatcomp.models.components.hook_point import is_hooked
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.task.metrics import masked_mse
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
@@ -199,7 +199,7 @@ def hooks_attached(model: nn.Module) -> bool:
     """True when a hook (TransformerLens, plain PyTorch, or an instance-level ``forward``) may
     read or edit the model: its run keeps the explicit step, which calls every hook."""
     points = getattr(model, "hook_dict", {}).values()
-    return any(_hooked(hp) for hp in points) or any(
+    return any(is_hooked(hp) for hp in points) or any(
         m._forward_hooks or m._forward_pre_hooks or m._backward_hooks for m in model.modules())
 
 
@@ -302,7 +302,7 @@ class FastStep:
         """CUDA: the float32 model under autocast."""
         with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                             enabled=self.autocast_dtype is not None):
-            predictions = self.model._run(tokens)  # no token checks: they read values back
+            predictions = self._unchecked(tokens)  # no token checks: they read values back
         return predictions, masked_mse(predictions, values)  # the loss in float32
 
     def _forward_loss_cast(self, tokens: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:

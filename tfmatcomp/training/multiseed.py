@@ -27,7 +27,6 @@ import copy
 import json
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -36,28 +35,19 @@ import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
-from tqdm.auto import tqdm
-
-from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.runs import rundir
-from tfmatcomp.runs.checkpoint import latest_checkpoint, list_checkpoints
-from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
-from tfmatcomp.task.metrics import losses
+from tfmatcomp.runs.layout import GROUP_FILE, has_training_state, list_checkpoints, seed_dir
+from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
-from tfmatcomp.training.trainer import (
-    Trainer, TrainResult, _check_n_steps, _check_resume_overwrite, _resume_and_run,
+from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.training.loop import (
+    Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
 )
+from tfmatcomp.training.objectives import OBJECTIVES
+from tfmatcomp.training.trainer import Trainer, TrainResult
 
-__all__ = ["MultiSeedTrainer", "MultiSeedResult", "train_many", "parse_seeds", "seed_dir",
-           "write_group_file", "GROUP_FILE"]
-
-#: File in a multi-seed run directory that lists its seeds.
-GROUP_FILE = "seeds.json"
-
-
-def seed_dir(out_dir: str | os.PathLike, seed: int) -> Path:
-    """The run directory of ``seed`` inside a multi-seed run directory: ``OUT/seed-{seed}``."""
-    return Path(out_dir) / f"seed-{int(seed)}"
+__all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "parse_seeds",
+           "write_group_file"]
 
 
 #: The most seeds one group may train (each is a full training run).
@@ -167,7 +157,7 @@ class MultiSeedTrainer:
                     progress=False, **{**train_overrides, "seed": s})
             for s in self.seeds]
         first = self.trainers[0]
-        if first.is_decoder:
+        if first.objective is not OBJECTIVES["encoder"]:
             raise ValueError("preset: the batched multi-seed trainer runs the encoder task only; "
                              "train a decoder preset (e.g. gpt-tiny) one seed at a time")
         self.train_cfg, self.task, self.device = first.train_cfg, first.task, first.device
@@ -243,21 +233,24 @@ class MultiSeedTrainer:
         self.trainers[0].model.check_tokens(tokens.flatten(0, 1))
         return self._forward(self.params, tokens)
 
-    def _sample(self, generators: list[torch.Generator], batch_size: int):
+    def sample(self, generators: list[torch.Generator], batch_size: int
+               ) -> tuple[list[MatrixBatch], Int[Tensor, "seed batch pos"]]:
+        """One batch per seed, seed ``k``'s from ``generators[k]``, and their tokens stacked."""
         batches = [self.task.sample(batch_size, generator=g, device=self.device) for g in generators]
         return batches, torch.stack([b.tokens for b in batches])
 
     @torch.no_grad()
     def evaluate(self) -> list[dict[str, float]]:
         """Each seed's losses on a fresh batch from its own evaluation stream."""
-        batches, tokens = self._sample([t.eval_gen for t in self.trainers],
+        batches, tokens = self.sample([t.eval_gen for t in self.trainers],
                                        self.train_cfg.eval_batch_size)
         predictions = self.forward(tokens)
-        return [{k: v.item() for k, v in losses(predictions[i], b).items()}
+        metrics = self.trainers[0].objective.metrics
+        return [{k: v.item() for k, v in metrics(predictions[i], b).items()}
                 for i, b in enumerate(batches)]
 
-    def _zero_padding_grad(self) -> None:
-        """Keep the untrained MASK embedding at zero: under ``vmap`` the embedding's backward
+    def zero_padding_grad(self) -> None:
+        """(Called between the backward pass and the optimizer step.) Keep the untrained MASK embedding at zero: under ``vmap`` the embedding's backward
         honours ``padding_idx`` for the first stacked model only (torch 2.13), so its gradient
         row is cleared here for every seed, as ``F.embedding(padding_idx=...)`` does for one."""
         padding_idx = self.trainers[0].model.embed.padding_idx
@@ -270,28 +263,29 @@ class MultiSeedTrainer:
         return self.trainers[0].step
 
     # ------------------------------------------------------------- run directory
-    def _claim(self, resuming: bool) -> None:
-        """Lock the group directory and every seed's (see :meth:`Trainer._claim`)."""
+    def claim(self, resuming: bool) -> None:
+        """Lock the group directory and every seed's (see :meth:`Trainer.claim`)."""
         if self._lock is None:
             return
         try:
-            self._claim_group(resuming)
+            self.claim_group(resuming)
             for t in self.trainers:
-                t._claim(resuming)
+                t.claim(resuming)
         except BaseException:
             self.close()
             raise
 
-    def _claim_group(self, resuming: bool) -> None:
-        """Lock the group directory; the first time, check that this group may train there."""
+    def claim_group(self, resuming: bool) -> None:
+        """Lock the group directory; the first time, check that this group may train there
+        (:func:`~tfmatcomp.runs.rundir.check_group`)."""
         if not self._lock.held:
             self._lock.acquire()
             if not self._claimed:
-                _check_group_dir(self.out_dir, self.seeds, resuming, self.overwrite)
+                rundir.check_group(self.out_dir, self.seeds, resuming, self.overwrite)
                 self._claimed = True
 
-    def _write_group_file(self) -> None:
-        """Record the group's seeds in ``out_dir/seeds.json``."""
+    def record_group(self) -> None:
+        """Record the group's seeds in ``out_dir/seeds.json`` (:func:`write_group_file`)."""
         write_group_file(self.out_dir, self.seeds)
 
     def close(self) -> None:
@@ -314,8 +308,8 @@ class MultiSeedTrainer:
         """
         if self.out_dir is None:
             raise ValueError("out_dir: resume needs a run directory")
-        self._claim(resuming=True)
-        _check_resumable(self.out_dir, self.seeds)
+        self.claim(resuming=True)
+        rundir.check_group_resumable(self.out_dir, self.seeds)
         if not any([t.resume() for t in self.trainers]):
             return False
         steps = {t.step for t in self.trainers}
@@ -328,70 +322,49 @@ class MultiSeedTrainer:
         self._build()
         return True
 
+    # ------------------------------------------------------------- the loop's host
+    @property
+    def schedule(self) -> Schedule:
+        """When the seeds log and checkpoint (all on the same steps)."""
+        return self.trainers[0].schedule
+
+    @property
+    def runs(self) -> list[Trainer]:
+        """The runs the loop advances together: one per seed."""
+        return self.trainers
+
+    def start(self) -> None:
+        """Claim the group directory and every seed's, and record the group's seeds."""
+        if self.out_dir is not None:
+            self.claim(resuming=False)
+            self.record_group()
+
+    def save_checkpoints(self) -> None:
+        """Every seed's checkpoint; older checkpoints lose their training state only once every
+        seed has its new one (a crash in between leaves a step that all seeds can resume)."""
+        self._sync_to_trainers()
+        for t in self.trainers:
+            t.save(strip_older=False)
+        for t in self.trainers:
+            t.strip_older_states()
+
+    def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
+        """The progress bar's median masked loss over the seeds."""
+        median = sorted(r["eval_L_mask"] for r in rows)[len(rows) // 2]
+        return {"median_L_mask": f"{median:.3f}"}
+
     def run(self, n_steps: int | None = None) -> MultiSeedResult:
-        """Train every seed until step ``n_steps`` (default: the config's).
+        """Train every seed until step ``n_steps`` (default: the config's), through
+        :func:`~tfmatcomp.training.loop.run_loop` with a :class:`VmapStep`.
 
         Raises:
             ValueError: ``n_steps`` is not a positive integer, or is below the current step.
+            FloatingPointError: a seed's loss was not finite (the message names the seeds).
             RunDirError: see ``out_dir`` in the class docstring.
         """
-        cfg = self.train_cfg
-        n_steps = _check_n_steps(cfg.n_steps if n_steps is None else n_steps, self.step,
-                                 self.out_dir)
-        logs = []
-        try:
-            if self.out_dir is not None:
-                self._claim(resuming=False)
-                self._write_group_file()
-            logs = [t.open_log() for t in self.trainers]
-        except BaseException:
-            self.close()
-            raise
-        bar = tqdm(total=n_steps, initial=self.step, disable=not self.progress,
-                   desc=f"train {len(self.seeds)} seeds", dynamic_ncols=True)
-        train_gens = [t.train_gen for t in self.trainers]
-        try:
-            t0 = time.perf_counter() - self.trainers[0].elapsed_s
-            while self.step < n_steps:
-                batches, tokens = self._sample(train_gens, cfg.batch_size)
-                values = torch.stack([b.values for b in batches])
-                predictions = self.forward(tokens)
-                per_seed = (predictions.float() - values.float()).pow(2).mean(dim=(1, 2))
-                if not torch.isfinite(per_seed).all():
-                    bad = [s for s, ok in zip(self.seeds, torch.isfinite(per_seed).tolist()) if not ok]
-                    raise FloatingPointError(f"training diverged at step {self.step + 1} for seeds "
-                                             f"{bad}; try a lower lr (now {cfg.lr})")
-                self.optimizer.zero_grad(set_to_none=True)
-                per_seed.sum().backward()
-                self._zero_padding_grad()
-                self.optimizer.step()
-                for t in self.trainers:
-                    t.step += 1
-                bar.update(1)
-                if self.step % cfg.log_every == 0 or self.step == n_steps:
-                    elapsed = time.perf_counter() - t0
-                    evals = self.evaluate()
-                    records = []
-                    for k, t in enumerate(self.trainers):
-                        t.elapsed_s = elapsed
-                        with torch.no_grad():
-                            train = losses(predictions[k].detach(), batches[k])
-                        records.append(t.log(train, evals[k], logs[k]))
-                    median = sorted(r["eval_L_mask"] for r in records)[len(records) // 2]
-                    bar.set_postfix(median_L_mask=f"{median:.3f}")
-                if self.out_dir is not None and self.trainers[0].checkpoint_due(self.step):
-                    self._sync_to_trainers()
-                    for t in self.trainers:
-                        t.elapsed_s = time.perf_counter() - t0
-                        t.save(strip_older=False)
-                    for t in self.trainers:  # only once every seed has its new checkpoint
-                        t.strip_older_states()
-        finally:
-            bar.close()
-            for f in logs:
-                if f is not None:
-                    f.close()
-            self.close()
+        n_steps = check_n_steps(self.train_cfg.n_steps if n_steps is None else n_steps,
+                                self.step, self.out_dir)
+        run_loop(self, VmapStep(self), n_steps, desc=f"train {len(self.seeds)} seeds")
         models = self.models()
         results = {s: TrainResult(model=models[s].eval(), metrics=pd.DataFrame(t.records),
                                   out_dir=t.out_dir, step=t.step)
@@ -400,34 +373,39 @@ class MultiSeedTrainer:
                                step=self.step)
 
 
-def _check_group_dir(out_dir: Path, seeds: list[int], resuming: bool, overwrite: bool) -> None:
-    """Check that the group of ``seeds`` may train in ``out_dir`` (whose lock the caller holds):
-    a resume needs a group of the same seeds there, a fresh start an empty directory."""
-    if not resuming:
-        rundir.check_fresh(out_dir, overwrite)
-        return
-    rundir.check_kind(out_dir, group=True)
-    path = out_dir / GROUP_FILE
-    if not path.exists():
-        return
-    try:
-        theirs = [int(s) for s in read_json_bounded("seeds.json", path)["seeds"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise rundir.RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
-                                 "to start this directory again") from None
-    if sorted(theirs) != seeds:
-        diff = sorted(set(theirs) ^ set(seeds))
-        raise ValueError(f"seeds: {diff} differ: {out_dir} holds the group of seeds "
-                         f"{sorted(theirs)}, this call asks for {seeds}; resume with the "
-                         "same seeds or choose another directory")
+class VmapStep(TrainingStep):
+    """One update of every seed of a :class:`MultiSeedTrainer` as one batched program: each seed's
+    batch from its own training stream, the stacked forward (``vmap``), the sum of the seeds'
+    MSEs (so each seed gets its own gradient), one Adam step on the stacked parameters. A
+    non-finite loss of any seed raises :class:`FloatingPointError` naming the seeds."""
 
+    def __init__(self, group: MultiSeedTrainer):
+        self.group = group
 
-def _check_resumable(out_dir: Path, seeds: list[int]) -> None:
-    """Refuse a group in which some seeds have a resumable checkpoint and others none."""
-    missing = [s for s in seeds if latest_checkpoint(seed_dir(out_dir, s), with_state=True) is None]
-    if missing and len(missing) < len(seeds):
-        raise ValueError(f"seeds: {missing} have no resumable checkpoint under {out_dir}; "
-                         "resume them separately or start a new directory")
+    def update(self) -> tuple[Tensor, list]:
+        g, cfg = self.group, self.group.train_cfg
+        batches, tokens = g.sample([t.train_gen for t in g.trainers], cfg.batch_size)
+        values = torch.stack([b.values for b in batches])
+        predictions = g.forward(tokens)
+        per_seed = (predictions.float() - values.float()).pow(2).mean(dim=(1, 2))
+        if not torch.isfinite(per_seed).all():
+            bad = [s for s, ok in zip(g.seeds, torch.isfinite(per_seed).tolist()) if not ok]
+            raise FloatingPointError(f"training diverged at step {g.step + 1} for seeds "
+                                     f"{bad}; try a lower lr (now {cfg.lr})")
+        g.optimizer.zero_grad(set_to_none=True)
+        per_seed.sum().backward()
+        g.zero_padding_grad()
+        g.optimizer.step()
+        return predictions, batches
+
+    def train_metrics(self, update: tuple[Tensor, list]) -> list[dict[str, Tensor]]:
+        predictions, batches = update
+        objective = self.group.trainers[0].objective
+        with torch.no_grad():
+            return [objective.metrics(predictions[k].detach(), b) for k, b in enumerate(batches)]
+
+    def evaluate(self) -> list[dict[str, float]]:
+        return self.group.evaluate()
 
 
 def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
@@ -442,9 +420,9 @@ def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
 def _resume_at(trainer: Trainer, step: int) -> None:
     """Reload ``trainer`` from its checkpoint at ``step`` (which must hold training state)."""
     path = list_checkpoints(trainer.out_dir).get(step)
-    if path is None or not (path / "state.json").exists():
+    if path is None or not has_training_state(path):
         raise ValueError(f"seeds: {trainer.out_dir} has no resumable checkpoint at step {step}")
-    trainer._restore(path)
+    trainer.restore(path)
 
 
 def train_many(
@@ -474,8 +452,8 @@ def train_many(
         >>> [(s, r.step) for s, r in runs]
         [(0, 10), (1, 10), (2, 10)]
     """
-    _check_resume_overwrite(resume, overwrite)
+    check_resume_overwrite(resume, overwrite)
     trainer = MultiSeedTrainer(preset, seeds=seeds, model_cfg=model_cfg, task_cfg=task_cfg,
                                train_cfg=train_cfg, out_dir=out_dir, device=device,
                                progress=progress, overwrite=overwrite, **train_overrides)
-    return _resume_and_run(trainer, resume)
+    return resume_and_run(trainer, resume)

@@ -41,11 +41,13 @@ import torch
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.runs.checkpoint import list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
-from tfmatcomp.training.multiseed import parse_seeds, seed_dir, train_many
-from tfmatcomp.training.trainer import _check_resume_overwrite, read_metrics
+from tfmatcomp.runs.layout import METRICS_FILE, SWEEP_FILE, seed_dir
+from tfmatcomp.training.multiseed import parse_seeds, train_many
+from tfmatcomp.training.loop import check_resume_overwrite
+from tfmatcomp.training.trainer import read_metrics
 
 __all__ = ["SweepConfig", "SweepResult", "ALIASES", "DEFAULT_GRID", "PAPER_GRIDS", "expand_grid",
-           "sweep", "read_sweep", "sweep_table", "SWEEP_FILE"]
+           "sweep", "read_sweep", "sweep_table"]
 
 #: Short names of the fields the papers sweep.
 ALIASES: dict[str, str] = {"width": "d_model", "depth": "n_layers", "heads": "n_heads"}
@@ -56,8 +58,6 @@ PAPER_GRIDS: dict[str, dict[str, tuple]] = {
     "width": {"d_model": (64, 128, 256, 512, 768, 1024)},
     "depth": {"n_layers": (4, 6, 8, 12)},
 }
-#: File in a sweep directory that lists its configurations.
-SWEEP_FILE = "sweep.json"
 
 _CLASSES = {"model": EncoderConfig, "task": TaskConfig, "train": TrainConfig}
 _OWNER = {f.name: part for part, cls in _CLASSES.items() for f in dataclasses.fields(cls)}
@@ -230,13 +230,13 @@ def sweep_table(metrics: pd.DataFrame, fields: Sequence[str], column: str = "eva
 
 def _finished(run: Path, seeds: list[int], n_steps: int) -> bool:
     return all(n_steps in list_checkpoints(seed_dir(run, s))
-               and (seed_dir(run, s) / "metrics.jsonl").exists() for s in seeds)
+               and (seed_dir(run, s) / METRICS_FILE).exists() for s in seeds)
 
 
 def _write_sweep_file(out_dir: Path, preset: str, seeds: list[int], configs: list[SweepConfig]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / SWEEP_FILE
-    old = read_json_bounded("sweep.json", path) if path.exists() else {}
+    old = read_json_bounded(SWEEP_FILE, path) if path.exists() else {}
     if not (isinstance(old, dict) and all(isinstance(old.get(k, t()), t) for k, t in (
             ("runs", dict), ("fields", list), ("seeds", list)))):
         raise ValueError(f"out_dir: {path} is not a sweep record (expected a JSON object with "
@@ -280,7 +280,7 @@ def sweep(
     Returns:
         A :class:`SweepResult`; ``result.table`` has one row per configuration and seed.
     """
-    _check_resume_overwrite(resume, overwrite)
+    check_resume_overwrite(resume, overwrite)
     if "seed" in train_overrides:
         raise ValueError("seed: give the seeds with seeds=..., not seed=")
     configs = expand_grid(grid, preset, model_cfg=model_cfg, task_cfg=task_cfg,
@@ -322,7 +322,7 @@ def read_sweep(out_dir: str | os.PathLike) -> SweepResult:
     path = root / SWEEP_FILE
     if not path.exists():
         raise ValueError(f"out_dir: {root} is not a sweep directory (no {SWEEP_FILE})")
-    info = read_json_bounded("sweep.json", path)
+    info = read_json_bounded(SWEEP_FILE, path)
     if not (isinstance(info, dict) and isinstance(info.get("runs"), dict)
             and isinstance(info.get("seeds"), list) and isinstance(info.get("fields"), list)):
         raise ValueError(f"out_dir: {path} is not a sweep record (expected a JSON object with "
@@ -330,7 +330,7 @@ def read_sweep(out_dir: str | os.PathLike) -> SweepResult:
     frames = []
     for run_name, values in info["runs"].items():
         for s in info["seeds"]:
-            log = seed_dir(root / run_name, s) / "metrics.jsonl"
+            log = seed_dir(root / run_name, s) / METRICS_FILE
             if log.exists():
                 frames.append(read_metrics(log).assign(**values, seed=s, run_dir=str(log.parent)))
     if not frames:

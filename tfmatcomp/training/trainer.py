@@ -1,6 +1,9 @@
 """Online training on matrix completion: a fresh batch every step, Adam at a constant rate, MSE.
 
-The model kind follows the model config, decided in one place (:func:`model_class`): an
+The :class:`Trainer` holds one run (model, optimizer, generators, run directory) and trains it
+through the one loop of :mod:`tfmatcomp.training.loop`, plugging in the float32 step or the fast
+one (:mod:`tfmatcomp.training.steps`). The model kind follows the model config through its
+objective (:mod:`tfmatcomp.training.objectives`, :func:`model_class`): an
 :class:`~tfmatcomp.EncoderConfig` trains a :class:`~tfmatcomp.HookedEncoder` on the masked-entry MSE;
 a :class:`~tfmatcomp.DecoderConfig` trains a :class:`~tfmatcomp.HookedDecoder` on the GPT variant
 (:mod:`tfmatcomp.task.gpt`: next-token cross-entropy on the value tokens). Both log ``L``,
@@ -34,7 +37,6 @@ from __future__ import annotations
 import json
 import contextlib
 import os
-import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,22 +44,26 @@ from typing import Any, Callable
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.checkpoint import (
-    CheckpointError, ConfigMismatchError, checkpoint_dir_name, list_checkpoints,
-    load_checkpoint_info, load_training_state, save_checkpoint,
+    CheckpointError, ConfigMismatchError, load_checkpoint_info, load_training_state, save_checkpoint,
+)
+from tfmatcomp.runs.layout import (
+    METRICS_FILE, RUN_FILE, STATE_FILE, checkpoint_path, has_training_state, list_checkpoints,
 )
 from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
-from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.datapath import inference_bf16
+from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.training import fast_step
-from tfmatcomp.task import gpt as gpt_task
-from tfmatcomp.task.metrics import losses, masked_mse
+from tfmatcomp.training.loop import (
+    Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
+)
+from tfmatcomp.training.objectives import objective_for
+from tfmatcomp.training.steps import ExplicitStep, FastTrainerStep
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.runs.rundir import METRICS_FILE, RunDirError
+from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.validation import check_device
 
 __all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device", "model_class"]
@@ -72,19 +78,15 @@ def default_device() -> torch.device:
 
 
 def model_class(cfg: EncoderConfig | DecoderConfig) -> type:
-    """The model class a config builds, the one switch between the two model kinds.
+    """The model class a config builds: its objective's
+    (:func:`~tfmatcomp.training.objectives.objective_for`).
 
     Example:
         >>> import tfmatcomp as tm
         >>> model_class(tm.get_preset("gpt-tiny").model).__name__
         'HookedDecoder'
     """
-    if isinstance(cfg, DecoderConfig):
-        return HookedDecoder
-    if isinstance(cfg, EncoderConfig):
-        return HookedEncoder
-    raise TypeError(f"model_cfg: expected an EncoderConfig or a DecoderConfig, got "
-                    f"{type(cfg).__name__}")
+    return objective_for(cfg).model_class
 
 
 @dataclass
@@ -123,6 +125,10 @@ class Trainer:
     ``fast=False`` keeps the explicit float32 step. ``step_reason`` (also in ``run.json``) says
     which step runs and why. A run with a hook attached when :meth:`run` starts takes the
     explicit step.
+
+    :meth:`run` trains through :func:`~tfmatcomp.training.loop.run_loop`, for which the trainer is
+    the host (:meth:`start`, :meth:`save_checkpoints`, :meth:`close`) and its one run record
+    (:meth:`open_log`, :meth:`log`); :meth:`training_step` is the step it plugs in.
     """
 
     def __init__(
@@ -147,10 +153,10 @@ class Trainer:
         self.task_cfg = task_cfg or preset.task
         self.train_cfg = replace(train_cfg or preset.train, **train_overrides)
         self.task = self.task_cfg.build()
-        self.model_class = model_class(self.model_cfg)
-        self.is_decoder = self.model_class is HookedDecoder
-        needed = (gpt_task.sequence_length(self.task.n_positions) if self.is_decoder
-                  else self.task.n_positions)
+        #: what the model kind decides: tokens, loss, logged metrics
+        self.objective = objective_for(self.model_cfg)
+        self.model_class = self.objective.model_class
+        needed = self.objective.positions_needed(self.task.n_positions)
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
                              f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
@@ -175,13 +181,12 @@ class Trainer:
                 p.requires_grad_(trainable(n))
         if not params:
             raise ValueError("trainable: selects no parameter")
-        own_step = (type(self).update is not Trainer.update
-                    or type(self)._forward_loss is not Trainer._forward_loss)
+        own_step = type(self).explicit_step is not Trainer.explicit_step
         #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
         self.fast, self.step_reason = fast_step.decide(
             self.train_cfg.fast, self.device, fast_step.blocker(self.model, trainable, own_step),
             getattr(self.model_cfg, "d_model", None))
-        self._fast_step: fast_step.FastStep | None = None
+        self._fast_training_step: FastTrainerStep | None = None
         self.optimizer = torch.optim.Adam(params, lr=self.train_cfg.lr,
                                           **({"fused": True} if self.fast else {}))
         self.train_gen = torch.Generator(self.device).manual_seed(seed + 1)
@@ -229,10 +234,16 @@ class Trainer:
         self.elapsed_s = float(state.get("elapsed_s", 0.0))
 
     # ------------------------------------------------------- run directory
-    def _claim(self, resuming: bool) -> None:
-        """Lock the run directory. The first time, check that this run may write there: a fresh
-        start needs an empty directory (or ``overwrite``); a resume first removes what a killed
-        trainer left half-written. Later, check that nobody wrote there since this trainer did."""
+    def claim(self, resuming: bool) -> None:
+        """Lock the run directory (nothing without one, or while this trainer holds it). The first
+        time, check that this run may write there: a fresh start needs an empty directory (or
+        ``overwrite``); a resume (``resuming``) first removes what a killed trainer left
+        half-written. Later, check that nobody wrote there since this trainer did.
+
+        Raises:
+            RunDirLockedError: another trainer holds the lock.
+            RunDirError: the directory cannot take this run (see :mod:`tfmatcomp.runs.rundir`).
+        """
         if self._lock is None or self._lock.held:
             return
         self._lock.acquire()
@@ -264,8 +275,8 @@ class Trainer:
         :meth:`strip_older_states` when ``strip_older=False``), so disk use stays bounded."""
         if self.out_dir is None:
             raise ValueError("out_dir: the trainer has no run directory to save into")
-        self._claim(resuming=False)
-        path = self.out_dir / "checkpoints" / checkpoint_dir_name(self.step)
+        self.claim(resuming=False)
+        path = checkpoint_path(self.out_dir, self.step)
         cfg = self.train_cfg
         save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=cfg, step=self.step,
                         training_state=self.training_state(), dtype=cfg.checkpoint_dtype,
@@ -277,7 +288,7 @@ class Trainer:
     def strip_older_states(self) -> None:
         """Drop the training state of every checkpoint but the current step's."""
         for step, p in list_checkpoints(self.out_dir).items():
-            if step != self.step and (p / "state.json").exists():
+            if step != self.step and has_training_state(p):
                 rundir.strip_state(p)
 
     def resume(self) -> bool:
@@ -298,14 +309,14 @@ class Trainer:
         """
         if self.out_dir is None:
             raise ValueError("out_dir: resume needs a run directory")
-        self._claim(resuming=True)
+        self.claim(resuming=True)
         problems = []
-        for step, path in reversed(rundir.checkpoint_dirs(self.out_dir).items()):
-            if not (path / "state.json").exists():
+        for step, path in reversed(list_checkpoints(self.out_dir, complete=False).items()):
+            if not has_training_state(path):
                 problems.append(f"{path.name} has no training state")
                 continue
             try:
-                self._restore(path, step)
+                self.restore(path, step)
             except ConfigMismatchError:
                 raise
             except CheckpointError as e:
@@ -324,9 +335,14 @@ class Trainer:
         self._restart()
         return False
 
-    def _restore(self, path: Path, step: int | None = None) -> None:
+    def restore(self, path: Path, step: int | None = None) -> None:
         """Load the checkpoint at ``path`` (named for ``step``) with its training state and cut the
-        run back to it."""
+        run back to it (the caller holds the run directory's lock: :meth:`claim`).
+
+        Raises:
+            CheckpointError: the checkpoint or its training state is unusable.
+            ConfigMismatchError: it was written by a run of other configs.
+        """
         model, info = load_checkpoint_info(path, config=self.model_cfg)
         tensors, state = load_training_state(path)
         self._check_same_run(info.task_cfg, info.train_cfg, f"checkpoint {path}")
@@ -355,11 +371,11 @@ class Trainer:
         """
         saved = state.get("step")
         if not isinstance(saved, int) or isinstance(saved, bool) or (step is not None and saved != step):
-            raise RunDirError(f"out_dir: {path / 'state.json'} says step {saved!r} but the checkpoint "
+            raise RunDirError(f"out_dir: {path / STATE_FILE} says step {saved!r} but the checkpoint "
                               f"is step {step}; refusing to resume from it (nothing was removed)")
         groups = state.get("param_groups")
         if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
-            raise RunDirError(f"out_dir: {path / 'state.json'} holds {type(groups).__name__} "
+            raise RunDirError(f"out_dir: {path / STATE_FILE} holds {type(groups).__name__} "
                               f"param_groups; expected {len(self.optimizer.param_groups)}")
         for group, ours in zip(groups, self.optimizer.param_groups):
             for key in ("lr", "betas", "eps", "weight_decay", "amsgrad"):
@@ -368,7 +384,7 @@ class Trainer:
                 if (list(theirs) if isinstance(theirs, (list, tuple)) else theirs) != (
                         list(mine) if isinstance(mine, tuple) else mine):
                     raise ConfigMismatchError(
-                        f"{'lr' if key == 'lr' else 'optimizer'}: {path / 'state.json'} records "
+                        f"{'lr' if key == 'lr' else 'optimizer'}: {path / STATE_FILE} records "
                         f"Adam {key} {theirs!r}, this run has {mine!r}; resuming would not continue "
                         "the same trajectory")
 
@@ -381,7 +397,7 @@ class Trainer:
         recorded = rundir.run_configs(self.out_dir)
         if recorded is not None:
             model_cfg, task_cfg, train_cfg = recorded
-            source = str(self.out_dir / "run.json")
+            source = str(self.out_dir / RUN_FILE)
             if model_cfg != self.model_cfg:
                 raise ConfigMismatchError(f"model_cfg: {source} records another model config "
                                           f"({model_cfg})")
@@ -408,13 +424,13 @@ class Trainer:
             return None
         self.out_dir.mkdir(parents=True, exist_ok=True)
         # replaced, never opened: a fifo or a symlink to a device there cannot block or leak
-        rundir.write_atomic(self.out_dir / "run.json", json.dumps(self._run_info(), indent=2,
+        rundir.write_atomic(self.out_dir / RUN_FILE, json.dumps(self.run_info(), indent=2,
                                                                    sort_keys=True))
         return open(self.out_dir / METRICS_FILE, "a")
 
-    def _run_info(self) -> dict[str, Any]:
+    def run_info(self) -> dict[str, Any]:
         """What ``run.json`` records about this run."""
-        return {"kind": "decoder" if self.is_decoder else "encoder",
+        return {"kind": self.objective.kind,
                 "model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
                 "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
                 "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
@@ -435,9 +451,7 @@ class Trainer:
 
     def checkpoint_due(self, step: int) -> bool:
         """True when the schedule asks for a checkpoint at ``step``."""
-        cfg = self.train_cfg
-        return (step in cfg.checkpoint_steps or step == cfg.n_steps
-                or (cfg.checkpoint_every > 0 and step % cfg.checkpoint_every == 0))
+        return self.schedule.checkpoint_due(step)
 
     @torch.no_grad()
     def evaluate(self, batch_size: int | None = None) -> dict[str, float]:
@@ -447,128 +461,83 @@ class Trainer:
         self.model.eval()
         batch = self.task.sample(batch_size or self.train_cfg.eval_batch_size,
                                  generator=self.eval_gen, device=self.device)
-        tokens = self.model_tokens(batch)
+        tokens = self.objective.model_tokens(batch)
         bf16 = self.fast and inference_bf16(self.model)  # a CPU with bf16 units, d_model >= 256
         with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             output = self.model(tokens)
-        out = {k: v.item() for k, v in self.batch_metrics(output.float(), batch, tokens).items()}
-        if self.is_decoder:
-            out.update(gpt_task.generation_metrics(self.model, batch))
+        out = {k: v.item() for k, v in self.objective.metrics(output.float(), batch, tokens).items()}
+        out.update(self.objective.evaluation_metrics(self.model, batch))
         self.model.train(was_training)
         return out
 
-    def model_tokens(self, batch: MatrixBatch) -> torch.Tensor:
-        """What the model reads: the batch's tokens, or its GPT sequence for a decoder."""
-        return gpt_task.encode_sequence(batch) if self.is_decoder else batch.tokens
+    # ------------------------------------------------------------- the step
+    def explicit_step(self) -> TrainingStep:
+        """The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`; the data-parallel
+        trainer of :mod:`tfmatcomp.distributed` plugs in its own)."""
+        return ExplicitStep(self)
 
-    def batch_metrics(self, output: torch.Tensor, batch: MatrixBatch,
-                      tokens: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """The logged losses of the model's ``output`` on ``batch`` (:func:`tfmatcomp.losses`, or
-        :func:`tfmatcomp.task.gpt.gpt_losses` for a decoder)."""
-        return gpt_task.gpt_losses(output, batch, tokens) if self.is_decoder else losses(output, batch)
-
-    def update(self) -> tuple[torch.Tensor, MatrixBatch]:
-        """One optimizer update on a fresh batch of the training stream (the step counter is the
-        caller's); returns the predictions (a decoder's logits) the update used and the batch.
-
-        Raises:
-            FloatingPointError: if the loss is not finite.
-        """
-        batch = self.task.sample(self.train_cfg.batch_size, generator=self.train_gen,
-                                 device=self.device)
-        predictions, loss = self._forward_loss(batch)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"training diverged at step {self.step + 1}: loss is "
-                                     f"{loss.item()}; try a lower lr (now {self.train_cfg.lr})")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        return predictions, batch
-
-    def _forward_loss(self, batch: MatrixBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The update's forward pass and the loss it differentiates (the data-parallel trainer
-        of :mod:`tfmatcomp.distributed` runs its rank's share of the batch here)."""
-        if self.is_decoder:  # logits [batch, 2P + 1, d_vocab]; cross-entropy on the value tokens
-            tokens = gpt_task.encode_sequence(batch)
-            predictions = self.model(tokens)
-            return predictions, gpt_task.value_token_loss(predictions, tokens)
-        predictions = self.model(batch.tokens)
-        return predictions, masked_mse(predictions, batch.values)
-
-    def _fast_update(self) -> tuple[torch.Tensor, MatrixBatch]:
-        """:meth:`update` through :class:`~tfmatcomp.training.fast_step.FastStep`: no host sync; a
-        non-finite loss is reported at the next logging or checkpoint step."""
-        batch = fast_step.sample_batch(self.task, self.train_cfg.batch_size, self.train_gen,
-                                       self.device)
-        return self._fast_step.update(batch), batch
-
-    def _step_function(self) -> Callable[[], tuple[torch.Tensor, MatrixBatch]]:
-        """The update :meth:`run` repeats: the fast one when chosen and no hook is attached."""
+    def training_step(self) -> TrainingStep:
+        """The step :meth:`run` plugs into the loop: the fast one
+        (:class:`~tfmatcomp.training.steps.FastTrainerStep`) when chosen and no hook is attached,
+        else :meth:`explicit_step`."""
         if not self.fast:
-            return self.update
+            return self.explicit_step()
         if fast_step.hooks_attached(self.model):
             if self.train_cfg.fast:
                 warnings.warn("fast: hooks are attached to the model, so this run takes the "
                               "explicit step", stacklevel=3)
-            return self.update
-        if self._fast_step is None:
-            self._fast_step = fast_step.FastStep(self.model, self.optimizer)
-        return self._fast_update
+            return self.explicit_step()
+        if self._fast_training_step is None:
+            self._fast_training_step = FastTrainerStep(self)
+        return self._fast_training_step
 
-    def _train_losses(self, predictions: torch.Tensor, batch: MatrixBatch) -> dict[str, torch.Tensor]:
-        """The ``train_*`` losses of an update from what :meth:`update` returned."""
-        with torch.no_grad():
-            return self.batch_metrics(predictions.detach(), batch)
+    def update(self) -> tuple[torch.Tensor, MatrixBatch]:
+        """One update of :meth:`explicit_step` on a fresh batch of the training stream (the step
+        counter is the caller's); returns the predictions (a decoder's logits) it used and the batch.
+        :meth:`run` does not call it: it plugs :meth:`training_step` into the loop, so a subclass
+        changes the training step by overriding :meth:`explicit_step`.
+
+        Raises:
+            FloatingPointError: if the loss is not finite.
+        """
+        return self.explicit_step().update()
+
+    # ------------------------------------------------------------- the loop's host
+    @property
+    def schedule(self) -> Schedule:
+        """When this run logs and checkpoints (from its :class:`~tfmatcomp.TrainConfig`)."""
+        return Schedule.from_config(self.train_cfg)
+
+    @property
+    def runs(self) -> list["Trainer"]:
+        """The runs the loop advances: this one."""
+        return [self]
+
+    def start(self) -> None:
+        """Claim the run directory for a run (:meth:`claim`) and put the model in training mode."""
+        self.claim(resuming=False)
+        self.model.train()
+
+    def save_checkpoints(self) -> None:
+        """The loop's checkpoint: :meth:`save`."""
+        self.save()
+
+    def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
+        """The progress bar's losses after a logging step."""
+        return {"L_obs": f"{rows[0]['train_L_obs']:.2e}", "L_mask": f"{rows[0]['train_L_mask']:.3f}"}
 
     def run(self, n_steps: int | None = None) -> TrainResult:
-        """Train until step ``n_steps`` (default: the config's), logging and checkpointing.
+        """Train until step ``n_steps`` (default: the config's), logging and checkpointing
+        (:func:`~tfmatcomp.training.loop.run_loop`).
 
         Raises:
             ValueError: ``n_steps`` is not a positive integer, or is below the current step.
+            FloatingPointError: a loss was not finite.
             RunDirError: see ``out_dir`` in the class docstring.
         """
-        n_steps = _check_n_steps(self.train_cfg.n_steps if n_steps is None else n_steps,
-                                 self.step, self.out_dir)
-        cfg = self.train_cfg
-        self._claim(resuming=False)
-        try:
-            log_file = self.open_log()
-        except BaseException:
-            self.close()
-            raise
-        bar = tqdm(total=n_steps, initial=self.step, disable=not self.progress, desc="train",
-                   dynamic_ncols=True)
-        self.model.train()
-        update = self._step_function()
-        fast = update == self._fast_update
-        if self.progress:
-            bar.write(self.step_reason if fast or not self.fast
-                      else "float32 step: hooks are attached to the model")
-        try:
-            with fast_step.numerics(self.device) if fast else contextlib.nullcontext():
-                t0 = time.perf_counter() - self.elapsed_s
-                while self.step < n_steps:
-                    predictions, batch = update()
-                    self.step += 1
-                    bar.update(1)
-                    logging = self.step % cfg.log_every == 0 or self.step == n_steps
-                    saving = self.out_dir is not None and self.checkpoint_due(self.step)
-                    if fast and (logging or saving):
-                        self._fast_step.check_finite(self.step)
-                    if logging:
-                        train = self._train_losses(predictions, batch)
-                        self.elapsed_s = time.perf_counter() - t0
-                        record = self.log(train, self.evaluate(), log_file)
-                        bar.set_postfix(L_obs=f"{record['train_L_obs']:.2e}",
-                                        L_mask=f"{record['train_L_mask']:.3f}")
-                    if saving:
-                        self.elapsed_s = time.perf_counter() - t0
-                        self.save()
-        finally:
-            bar.close()
-            if log_file is not None:
-                log_file.close()
-            self.close()
+        n_steps = check_n_steps(self.train_cfg.n_steps if n_steps is None else n_steps,
+                                self.step, self.out_dir)
+        run_loop(self, self.training_step(), n_steps, desc="train")
         self.model.eval()
         return TrainResult(model=self.model, metrics=pd.DataFrame(self.records),
                            out_dir=self.out_dir, step=self.step)
@@ -607,11 +576,11 @@ def train(
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
-    _check_resume_overwrite(resume, overwrite)
+    check_resume_overwrite(resume, overwrite)
     trainer = Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
                       out_dir=out_dir, device=device, model=model, trainable=trainable,
                       progress=progress, overwrite=overwrite, **train_overrides)
-    return _resume_and_run(trainer, resume)
+    return resume_and_run(trainer, resume)
 
 
 def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
@@ -626,30 +595,3 @@ def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
     if not path.exists():
         raise FileNotFoundError(f"path: no metrics log at {path}")
     return pd.DataFrame(rundir.read_log(path, stacklevel=3)[0])
-
-
-def _check_resume_overwrite(resume: bool, overwrite: bool) -> None:
-    """Refuse ``resume`` and ``overwrite`` together (they ask for opposite things)."""
-    if resume and overwrite:
-        raise ValueError("resume, overwrite: give at most one of them (resume continues the run "
-                         "in out_dir, overwrite deletes it)")
-
-
-def _resume_and_run(trainer: Any, resume: bool) -> Any:
-    """Resume ``trainer`` when asked and run it; release its directory's lock however it ends."""
-    try:
-        if resume:
-            trainer.resume()
-        return trainer.run()
-    finally:
-        trainer.close()
-
-
-def _check_n_steps(n_steps: Any, step: int, out_dir: Path | None) -> int:
-    if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps < 1:
-        raise ValueError(f"n_steps: must be a positive integer, got {n_steps!r}")
-    if n_steps < step:
-        raise ValueError(f"n_steps: {n_steps} is below step {step}, where the run "
-                         f"{'in ' + str(out_dir) + ' ' if out_dir else ''}stands; training never "
-                         f"goes back: give n_steps >= {step}")
-    return n_steps

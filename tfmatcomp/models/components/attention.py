@@ -6,9 +6,8 @@ from __future__ import annotations
 import torch
 from jaxtyping import Bool, Float, Shaped
 from torch import Tensor, nn
-from tfmatcomp.models.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint, is_hooked
 
-from tfmatcomp.models.components.layer_norm import _hooked
 from tfmatcomp.config import DecoderConfig, EncoderConfig
 
 __all__ = ["Attention", "future_mask", "padding_mask"]
@@ -100,7 +99,7 @@ class Attention(nn.Module):
         x: Float[Tensor, "batch pos d_model"],
         additive_mask: Float[Tensor, "batch 1 1 key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        if self.fused and not self.use_attn_result and not any(_hooked(hp) for hp in (
+        if self.fused and not self.use_attn_result and not any(is_hooked(hp) for hp in (
                 self.hook_q, self.hook_k, self.hook_v, self.hook_attn_scores, self.hook_pattern,
                 self.hook_z)):
             return self._fused(x, additive_mask)

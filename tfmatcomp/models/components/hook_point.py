@@ -28,3 +28,20 @@ class HookPoint(_TLHookPoint):
             raise ValueError(f"hook at {self.name}: returned shape {tuple(out.shape)}; a hook must "
                              f"return None or a tensor of the activation's shape {tuple(x.shape)}")
         return out
+
+
+def is_hooked(hook_point: HookPoint) -> bool:
+    """True when something may read or edit ``hook_point``: a TransformerLens hook, a plain PyTorch
+    hook (pyvene registers those), or a ``forward`` replaced on the instance (nnsight's tracing).
+    The components take their fused kernels only where nothing is hooked, and the fast training
+    step runs only on a model with no hook point hooked.
+
+    Example:
+        >>> hp = HookPoint()
+        >>> before = is_hooked(hp)
+        >>> _ = hp.add_hook(lambda act, hook: act)
+        >>> before, is_hooked(hp)
+        (False, True)
+    """
+    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks or hook_point._forward_hooks
+                or hook_point._forward_pre_hooks or "forward" in vars(hook_point))

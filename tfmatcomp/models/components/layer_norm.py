@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
-from tfmatcomp.models.components.hook_point import HookPoint
+from tfmatcomp.models.components.hook_point import HookPoint, is_hooked
 
 
 class LayerNorm(nn.Module):
@@ -42,16 +42,9 @@ class LayerNorm(nn.Module):
         self.hook_normalized = HookPoint()  # [batch, pos, d_model], before w and b
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        if self.fused and not (_hooked(self.hook_scale) or _hooked(self.hook_normalized)):
+        if self.fused and not (is_hooked(self.hook_scale) or is_hooked(self.hook_normalized)):
             # Same function, fused kernel: nobody is looking at the intermediates.
             return F.layer_norm(x, self.w.shape, self.w, self.b, self.eps)
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale) * self.w + self.b
-
-
-def _hooked(hook_point: HookPoint) -> bool:
-    """True when something may read or edit ``hook_point``: a TransformerLens hook, a plain PyTorch
-    hook (pyvene registers those), or a ``forward`` replaced on the instance (nnsight's tracing)."""
-    return bool(hook_point.fwd_hooks or hook_point.bwd_hooks or hook_point._forward_hooks
-                or hook_point._forward_pre_hooks or "forward" in vars(hook_point))
