@@ -124,14 +124,13 @@ def test_validation_messages(check, args, match):
 
 
 def test_wide_encoders_predict_in_bf16_on_bf16_cpus_and_cache_in_float32(monkeypatch):
-    from tfmatcomp.training import fast_step
     from tfmatcomp.datapath import inference_bf16, run_chunked
 
     cfg = tm.EncoderConfig(n_layers=1, n_heads=8, d_model=256, d_mlp=64, n_ctx=16)
     wide = tm.HookedEncoder(cfg, seed=0)
     batch = datapath.sample_batch("tiny", 16, seed=0)
     exact, _ = run_chunked(wide, batch, bf16=False)
-    monkeypatch.setattr(fast_step, "cpu_bf16_units", lambda: "AMX")
+    monkeypatch.setattr(datapath, "cpu_bf16_units", lambda: "AMX")
     assert inference_bf16(wide) and not inference_bf16(tm.HookedEncoder(tm.get_preset("tiny").model))
     preds, _ = run_chunked(wide, batch)
     assert preds.dtype == torch.float32 and not torch.equal(preds, exact)  # bf16 did run
@@ -139,5 +138,5 @@ def test_wide_encoders_predict_in_bf16_on_bf16_cpus_and_cache_in_float32(monkeyp
     name = "blocks.0.hook_resid_post"
     with_cache, cache = run_chunked(wide, batch, names=[name])
     assert torch.equal(with_cache, exact) and cache[name].dtype == torch.float32
-    monkeypatch.setattr(fast_step, "cpu_bf16_units", lambda: None)
+    monkeypatch.setattr(datapath, "cpu_bf16_units", lambda: None)
     assert torch.equal(run_chunked(wide, batch)[0], exact)

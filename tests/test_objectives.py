@@ -8,7 +8,7 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.layout import RUN_FILE
-from tfmatcomp.training.objectives import OBJECTIVES, objective_for, objective_named
+from tfmatcomp.models.objectives import OBJECTIVES, objective_for, objective_named
 
 DECODER = tm.DecoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=33, d_vocab=2003)
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp.training import sweeps
+from tfmatcomp.analyses import sweeps
 from tfmatcomp.cli import main
 from tfmatcomp.runs.layout import CHECKPOINTS_DIR, METRICS_FILE, checkpoint_dir_name
 

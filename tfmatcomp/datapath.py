@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
@@ -60,8 +61,9 @@ from tfmatcomp.config import TaskConfig, get_preset
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask, MatrixMixtureTask
 from tfmatcomp.task.metrics import losses
 from tfmatcomp.models.decoder import HookedDecoder
-from tfmatcomp.task.gpt import encode_sequence, predicted_values, sequence_length
+from tfmatcomp.task.gpt import predicted_values
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.validation import check_positive_int
 
 __all__ = [
@@ -259,7 +261,7 @@ def positions_needed(model, n_positions: int) -> int:
         >>> positions_needed(tm.HookedDecoder(tm.DecoderConfig(d_model=8, d_mlp=8, n_ctx=33)), 16)
         33
     """
-    return sequence_length(n_positions) if isinstance(model, HookedDecoder) else int(n_positions)
+    return objective_for(model).positions_needed(n_positions)
 
 
 def model_tokens(model, inputs: Inputs) -> Int[Tensor, "batch seq"]:
@@ -273,9 +275,7 @@ def model_tokens(model, inputs: Inputs) -> Int[Tensor, "batch seq"]:
         >>> model_tokens(dec, b).shape, model_tokens(dec, b.tokens).shape
         (torch.Size([2, 33]), torch.Size([2, 16]))
     """
-    if not isinstance(inputs, MatrixBatch):
-        return inputs
-    return encode_sequence(inputs) if isinstance(model, HookedDecoder) else inputs.tokens
+    return objective_for(model).model_tokens(inputs) if isinstance(inputs, MatrixBatch) else inputs
 
 
 # ------------------------------------------------------------------------------------ forward
@@ -442,9 +442,28 @@ def predict(
     return preds
 
 
+#: Narrowest model for which a CPU run takes the fast step by itself: below it the matmuls are too
+#: small for bf16 to pay (4L8H at d_model 128 measured no faster; docs/fast-cpu.md).
+CPU_MIN_D_MODEL = 256
+
+
+@functools.cache
+def cpu_bf16_units() -> str | None:
+    """The CPU's bf16 matrix units, checked at run time: ``"AMX"``, ``"AVX-512 bf16"`` or None.
+
+    Example:
+        >>> cpu_bf16_units() in ("AMX", "AVX-512 bf16", None)
+        True
+    """
+    if torch.cpu._is_amx_tile_supported():
+        return "AMX"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "AVX-512 bf16"
+    return None
+
 def inference_bf16(model: HookedEncoder | HookedDecoder) -> bool:
     """Whether a predictions-only forward pass of ``model`` runs in bf16 by default: an encoder
-    with ``d_model >=`` :data:`~tfmatcomp.training.fast_step.CPU_MIN_D_MODEL` on a CPU with bf16 matrix
+    with ``d_model >=`` :data:`CPU_MIN_D_MODEL` on a CPU with bf16 matrix
     units (the rule of the fast training step). Narrower models (``tiny``) stay float32.
 
     Example:
@@ -452,8 +471,6 @@ def inference_bf16(model: HookedEncoder | HookedDecoder) -> bool:
         >>> inference_bf16(tm.HookedEncoder(tm.get_preset("tiny").model))
         False
     """
-    from tfmatcomp.training.fast_step import CPU_MIN_D_MODEL, cpu_bf16_units
-
     return (isinstance(model, HookedEncoder) and model.device.type == "cpu"
             and model.cfg.d_model >= CPU_MIN_D_MODEL and cpu_bf16_units() is not None)
 

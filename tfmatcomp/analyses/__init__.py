@@ -5,5 +5,6 @@
 * :mod:`~tfmatcomp.analyses.heads`: attention-head scores and the head taxonomy;
 * :mod:`~tfmatcomp.analyses.dynamics`: the drop in the loss curve, component-wise training;
 * :mod:`~tfmatcomp.analyses.baselines`: nuclear-norm minimization and its comparison;
-* :mod:`~tfmatcomp.analyses.ood`: out-of-distribution inputs.
+* :mod:`~tfmatcomp.analyses.ood`: out-of-distribution inputs;
+* :mod:`~tfmatcomp.analyses.sweeps`: grids of configurations trained and summarized.
 """

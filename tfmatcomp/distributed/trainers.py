@@ -31,12 +31,12 @@ from tfmatcomp.distributed.group import (
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.layout import checkpoint_path
 from tfmatcomp.task.data import MatrixBatch
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 from tfmatcomp.training import multiseed
 from tfmatcomp.training import trainer as training
 from tfmatcomp.training.loop import check_n_steps, check_resume_overwrite, resume_and_run
 from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, parse_seeds
-from tfmatcomp.training.objectives import OBJECTIVES
+from tfmatcomp.models.objectives import OBJECTIVES
 from tfmatcomp.training.steps import ExplicitStep
 from tfmatcomp.training.trainer import Trainer, TrainResult
 
@@ -155,7 +155,7 @@ class DataParallelStep(ExplicitStep):
         rows = t.rows
         predictions = t._data_parallel()(batch.tokens[rows])
         share = (rows.stop - rows.start) / t.train_cfg.batch_size
-        loss = masked_mse(predictions, batch.values[rows]) * (share * t.world_size)
+        loss = mse(predictions, batch.values[rows]) * (share * t.world_size)
         total = (loss.detach() / t.world_size).to(_comm_device())
         dist.all_reduce(total)  # the global batch's loss: every rank sees a divergence together
         if not torch.isfinite(total):

@@ -38,6 +38,7 @@ from torch import Tensor
 from tfmatcomp.interventions.base import Intervention
 from tfmatcomp.interventions.serialize import check_fields, tensor_from_data, tensor_to_data
 from tfmatcomp.models.hook_names import check_layers
+from tfmatcomp.models.objectives import DEFAULT_KIND, OBJECTIVES, objective_for
 from tfmatcomp.models.param_groups import GROUPS, group_predicate
 from tfmatcomp.validation import check_bool, check_int_list
 
@@ -113,7 +114,8 @@ class WeightTransplant(Intervention):
 
     def _to_data(self) -> dict[str, Any]:
         donor = self.donor_checkpoint or {  # no path known: the transplanted values themselves
-            **({"kind": "decoder"} if _is_decoder_cfg(self.donor.cfg) else {}),
+            **({"kind": kind} if (kind := objective_for(self.donor.cfg).kind) != DEFAULT_KIND
+               else {}),
             "config": self.donor.cfg.to_dict(),
             "parameters": {n: tensor_to_data(p) for n, p in self.donor.named_parameters()
                            if n in set(self.parameter_names(self.donor))}}
@@ -132,19 +134,14 @@ class WeightTransplant(Intervention):
                 raise ValueError(f"{where}: checkpoint {donor['checkpoint']} is at step "
                                  f"{iv.donor_checkpoint['step']}, the record says {donor['step']}")
             return iv
-        from tfmatcomp.config import DecoderConfig, EncoderConfig
-        from tfmatcomp.models.decoder import HookedDecoder
-        from tfmatcomp.models.encoder import HookedEncoder
-
         check_fields(donor, where, ("config", "parameters"), ("kind",))
         values = {n: tensor_from_data(t, f"{where}.parameters[{n!r}]")
                   for n, t in dict(donor["parameters"]).items()}
-        kind = donor.get("kind", "encoder")
-        if kind not in ("encoder", "decoder"):
-            raise ValueError(f"{where}.kind: must be 'encoder' or 'decoder', got {kind!r}")
-        cfg_cls, model_cls = ((DecoderConfig, HookedDecoder) if kind == "decoder"
-                              else (EncoderConfig, HookedEncoder))
-        model = model_cls(cfg_cls.from_dict(donor["config"]))
+        kind = donor.get("kind", DEFAULT_KIND)
+        if kind not in OBJECTIVES:
+            raise ValueError(f"{where}.kind: must be one of {sorted(OBJECTIVES)}, got {kind!r}")
+        objective = OBJECTIVES[kind]
+        model = objective.model_class(objective.config_class.from_dict(donor["config"]))
         if values:
             model = model.to(next(iter(values.values())).dtype)
         own = dict(model.named_parameters())
@@ -202,8 +199,3 @@ class WeightTransplant(Intervention):
         return {n: donor_params[n].detach().to(device=own[n].device, dtype=own[n].dtype).clone()
                 for n in self.parameter_names(model)}
 
-
-def _is_decoder_cfg(cfg) -> bool:
-    from tfmatcomp.config import DecoderConfig
-
-    return isinstance(cfg, DecoderConfig)

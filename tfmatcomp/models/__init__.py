@@ -6,5 +6,7 @@
 * :mod:`~tfmatcomp.models.decoder`: :class:`HookedDecoder`, a pre-LN GPT;
 * :mod:`~tfmatcomp.models.cache`, :mod:`~tfmatcomp.models.hook_names`,
   :mod:`~tfmatcomp.models.param_groups`: caches, hook names, named groups of weights;
-* :mod:`~tfmatcomp.models.conversion`: to and from HuggingFace BERT and GPT-2.
+* :mod:`~tfmatcomp.models.conversion`: to and from HuggingFace BERT and GPT-2;
+* :mod:`~tfmatcomp.models.objectives`: what differs between model kinds in training (tokens,
+  loss, metrics), one objective per kind, registered once.
 """

@@ -10,7 +10,7 @@ that ``run.json`` and a checkpoint's ``config.json`` record (``"kind"``); the tr
 the run directory (:mod:`tfmatcomp.runs.rundir`) all look kinds up here.
 
 * ``"encoder"``: a :class:`~tfmatcomp.HookedEncoder` reads the batch's tokens and is trained on the
-  MSE over all entries (:func:`tfmatcomp.masked_mse`); it logs :func:`tfmatcomp.losses`.
+  MSE over all entries (:func:`tfmatcomp.mse`); it logs :func:`tfmatcomp.losses`.
 * ``"decoder"``: a :class:`~tfmatcomp.HookedDecoder` reads the GPT sequence
   (:func:`tfmatcomp.task.gpt.encode_sequence`) and is trained on next-token cross-entropy on the
   value tokens (:func:`~tfmatcomp.task.gpt.value_token_loss`); it logs
@@ -38,7 +38,7 @@ from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.task import gpt as gpt_task
 from tfmatcomp.task.data import MatrixBatch
-from tfmatcomp.task.metrics import losses, masked_mse
+from tfmatcomp.task.metrics import losses, mse
 
 __all__ = ["Objective", "EncoderObjective", "DecoderObjective", "OBJECTIVES", "DEFAULT_KIND",
            "objective_for", "objective_named"]
@@ -108,7 +108,7 @@ class EncoderObjective(Objective):
 
     def loss(self, predictions: Float[Tensor, "batch pos"], batch: MatrixBatch,
              tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, ""]:
-        return masked_mse(predictions, batch.values)
+        return mse(predictions, batch.values)
 
     def metrics(self, output: Float[Tensor, "batch pos"], batch: MatrixBatch,
                 tokens: Int[Tensor, "batch pos"] | None = None) -> dict[str, Tensor]:

@@ -38,7 +38,7 @@ from tfmatcomp import pretrained
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
 from tfmatcomp.analyses.dynamics import DropResult, detect_drop
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.runs.layout import GROUP_FILE, METRICS_FILE, seed_dir
+from tfmatcomp.runs.layout import GROUP_FILE, METRICS_FILE, SEED_DIR, seed_dir
 from tfmatcomp.training.trainer import read_metrics
 
 __all__ = ["RunContext", "SeedGroup", "resolve_run", "find_group", "choose_steps", "load_context"]
@@ -84,7 +84,7 @@ class SeedGroup:
     @classmethod
     def load(cls, path: str | os.PathLike, column: str = "eval_L_mask") -> "SeedGroup":
         path = Path(path)
-        seeds = read_json_bounded("seeds.json", path / GROUP_FILE)["seeds"]
+        seeds = read_json_bounded(GROUP_FILE, path / GROUP_FILE)["seeds"]
         metrics = {int(s): read_metrics(seed_dir(path, s)) for s in seeds
                    if (seed_dir(path, s) / METRICS_FILE).exists()}
         if not metrics:
@@ -158,7 +158,7 @@ def find_group(run_dir: Path) -> Path | None:
     ``seed-{s}`` directory), or the group a bundled run names in ``pretrained.json``."""
     if (run_dir / GROUP_FILE).exists():
         return run_dir
-    if run_dir.name.startswith("seed-") and (run_dir.parent / GROUP_FILE).exists():
+    if SEED_DIR.fullmatch(run_dir.name) and (run_dir.parent / GROUP_FILE).exists():
         return run_dir.parent
     info = run_dir / "pretrained.json"
     if info.exists():

@@ -23,6 +23,7 @@ import torch
 
 from tfmatcomp.experiments import reference as paper
 from tfmatcomp.report.run import RunContext
+from tfmatcomp.runs.layout import METRICS_FILE
 
 __all__ = ["Section", "SECTIONS"]
 
@@ -117,7 +118,7 @@ def _components(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.training.trainer import read_metrics
 
     saved = ctx.run_dir / "components"
-    logs = {g: saved / g / "metrics.jsonl" for g in (*PAPER_COMPONENTS, "all")}
+    logs = {g: saved / g / METRICS_FILE for g in (*PAPER_COMPONENTS, "all")}
     s.text = ("Each group (attention, MLP, token embeddings, positional embeddings) re-initialized "
               "and trained alone, everything else frozen at its post-shift value; 'all' re-initializes "
               "and trains every parameter (normal training). Paper (Fig. 8): MLPs and token "

@@ -56,7 +56,7 @@ from tfmatcomp.runs.layout import (
 from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConfig
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.training.objectives import DEFAULT_KIND, OBJECTIVES, objective_for
+from tfmatcomp.models.objectives import DEFAULT_KIND, OBJECTIVES, objective_for
 from tfmatcomp.validation import check_device
 
 __all__ = [
@@ -253,7 +253,7 @@ def _read_config(path: Path) -> dict[str, Any]:
 
 def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
     """``(config class, model class)`` of the checkpoint's ``kind`` (one of
-    :data:`~tfmatcomp.training.objectives.OBJECTIVES`; an encoder when absent)."""
+    :data:`~tfmatcomp.models.objectives.OBJECTIVES`; an encoder when absent)."""
     kind = config.get("kind", DEFAULT_KIND)
     if not isinstance(kind, str) or kind not in OBJECTIVES:
         raise CheckpointError(f"path: {path / CONFIG_FILE} has kind {kind!r}; expected one of "

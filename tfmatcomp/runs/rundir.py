@@ -302,7 +302,7 @@ def run_configs(out_dir: str | os.PathLike
         RunDirError: ``run.json`` is unreadable.
     """
     from tfmatcomp.config import TaskConfig, TrainConfig  # standalone
-    from tfmatcomp.training.objectives import DEFAULT_KIND, objective_named
+    from tfmatcomp.models.objectives import DEFAULT_KIND, objective_named
 
     path = Path(out_dir) / RUN_FILE
     if not path.exists():

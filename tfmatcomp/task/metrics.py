@@ -66,11 +66,6 @@ def losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch) -> dict[
     }
 
 
-#: The old name of :func:`mse`, left only for training/fast_step.py, training/trainer.py and
-#: distributed/trainers.py, which belong to another branch; delete it when that branch calls ``mse``.
-masked_mse = mse
-
-
 def L_mask_prime(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch, m: float) -> Float[Tensor, ""]:
     """``L'_mask``: MSE between the predictions at masked entries and the substituted value ``m``
     (the workshop paper, Section 3.1.1). With MASK left in place, use ``m = 0``."""

@@ -1,13 +1,14 @@
-"""Training: the trainer, its fast step, many seeds at once, and sweeps.
+"""Training: the one loop, the trainer, its fast step, many seeds at once.
 
 * :mod:`~tfmatcomp.training.loop`: the one training loop and the step protocol every way of
   training plugs into;
-* :mod:`~tfmatcomp.training.objectives`: one objective per model kind (encoder, decoder);
 * :mod:`~tfmatcomp.training.trainer`: :class:`Trainer` / :func:`train`, one seed;
 * :mod:`~tfmatcomp.training.steps`: the float32 and fast steps a :class:`Trainer` plugs in;
 * :mod:`~tfmatcomp.training.fast_step`: the bf16 / compiled step and when it is taken;
-* :mod:`~tfmatcomp.training.multiseed`: :func:`train_many`, seeds batched with ``vmap``;
-* :mod:`~tfmatcomp.training.sweeps`: :func:`sweep` over configurations.
+* :mod:`~tfmatcomp.training.multiseed`: :func:`train_many`, seeds batched with ``vmap``.
+
+What differs between model kinds is :mod:`tfmatcomp.models.objectives`; sweeps over
+configurations are :mod:`tfmatcomp.analyses.sweeps`.
 
 The run directory a trainer writes belongs to :mod:`tfmatcomp.runs`.
 """

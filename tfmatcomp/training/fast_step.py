@@ -36,8 +36,8 @@ On CUDA:
 It runs only where nothing may look inside the model: an encoder with every parameter trainable
 and no hook attached (:func:`blocker`, :func:`hooks_attached`). Everything else, and any run with
 ``TrainConfig.fast=False``, keeps the explicit float32 step. Left to itself (``fast=None``) a run
-takes the fast step on CUDA, and on a CPU when the model has ``d_model >=`` :data:`CPU_MIN_D_MODEL`
-and the CPU has bf16 matrix units (:func:`cpu_bf16_units`); :func:`decide` says why not otherwise,
+takes the fast step on CUDA, and on a CPU when the model has ``d_model >=`` :data:`~tfmatcomp.datapath.CPU_MIN_D_MODEL`
+and the CPU has bf16 matrix units (:func:`~tfmatcomp.datapath.cpu_bf16_units`); :func:`decide` says why not otherwise,
 and the trainer writes that reason in its run record. ``tiny`` (d_model 64) therefore keeps the
 float32 step, and its runs are unchanged bit for bit.
 
@@ -60,41 +60,23 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
+from tfmatcomp.datapath import CPU_MIN_D_MODEL, cpu_bf16_units
 from tfmatcomp.models.components.hook_point import is_hooked
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
-from tfmatcomp.task.metrics import masked_mse
+from tfmatcomp.task.metrics import mse
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.validation import check_choice
 
-__all__ = ["FastStep", "use_fast", "decide", "cpu_bf16_units", "retain_freed_memory", "blocker",
-           "hooks_attached", "sample_batch", "numerics", "CPU_MIN_D_MODEL"]
+__all__ = ["FastStep", "use_fast", "decide", "retain_freed_memory", "blocker",
+           "hooks_attached", "sample_batch", "numerics"]
 
 #: ``torch.compile`` mode for inductor (None: its default). ``"max-autotune-no-cudagraphs"``
 #: autotunes the matmuls (minutes of compilation); ``"reduce-overhead"`` adds CUDA graphs.
 COMPILE_MODE: str | None = None
 
 
-#: Narrowest model for which a CPU run takes the fast step by itself: below it the matmuls are too
-#: small for bf16 to pay (4L8H at d_model 128 measured no faster; docs/fast-cpu.md).
-CPU_MIN_D_MODEL = 256
-
 #: What the CPU path runs (the choices docs/fast-cpu.md measured).
 CPU_PATH = "bf16 weights cast once per step, explicit attention, fused Adam, eager"
-
-
-@functools.cache
-def cpu_bf16_units() -> str | None:
-    """The CPU's bf16 matrix units, checked at run time: ``"AMX"``, ``"AVX-512 bf16"`` or None.
-
-    Example:
-        >>> cpu_bf16_units() in ("AMX", "AVX-512 bf16", None)
-        True
-    """
-    if torch.cpu._is_amx_tile_supported():
-        return "AMX"
-    if torch.cpu._is_avx512_bf16_supported():
-        return "AVX-512 bf16"
-    return None
 
 
 @functools.cache
@@ -128,7 +110,7 @@ def decide(fast: bool | None, device: torch.device, blocked_by: str | None,
 
     ``fast`` is ``TrainConfig.fast``: False never, True always (unless ``blocked_by``, from
     :func:`blocker`, names a reason), None where it pays: on CUDA, and on a CPU with bf16 matrix
-    units for ``d_model >=`` :data:`CPU_MIN_D_MODEL`.
+    units for ``d_model >=`` :data:`~tfmatcomp.datapath.CPU_MIN_D_MODEL`.
 
     Raises:
         ValueError: ``fast=True`` for a run that cannot take the fast step.
@@ -303,7 +285,7 @@ class FastStep:
         with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
                             enabled=self.autocast_dtype is not None):
             predictions = self._unchecked(tokens)  # no token checks: they read values back
-        return predictions, masked_mse(predictions, values)  # the loss in float32
+        return predictions, mse(predictions, values)  # the loss in float32
 
     def _forward_loss_cast(self, tokens: Tensor, values: Tensor) -> tuple[Tensor, Tensor]:
         """CPU: the model's components on bf16 copies of its weights, made once per step (their
@@ -313,7 +295,7 @@ class FastStep:
         with (self.model.unfused(layer_norm=False) if self.attention == "explicit"
               else contextlib.nullcontext()):
             predictions = torch.func.functional_call(self._unchecked, weights, (tokens,)).float()
-        return predictions, masked_mse(predictions, values)  # the loss in float32
+        return predictions, mse(predictions, values)  # the loss in float32
 
     def update(self, batch: MatrixBatch) -> Tensor:
         """One optimizer update on ``batch``; returns the (float32) predictions it used. Never

@@ -43,7 +43,7 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.training.loop import (
     Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
 )
-from tfmatcomp.training.objectives import OBJECTIVES
+from tfmatcomp.models.objectives import OBJECTIVES
 from tfmatcomp.training.trainer import Trainer, TrainResult
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "parse_seeds",

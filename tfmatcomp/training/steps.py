@@ -2,7 +2,7 @@
 
 * :class:`ExplicitStep`: the float32 step. A fresh batch from the training stream, the model's own
   forward pass (every hook runs), the loss of the run's objective
-  (:mod:`~tfmatcomp.training.objectives`), one optimizer update; a non-finite loss raises
+  (:mod:`~tfmatcomp.models.objectives`), one optimizer update; a non-finite loss raises
   :class:`FloatingPointError` before the update.
 * :class:`FastTrainerStep`: the bf16 step of :mod:`tfmatcomp.training.fast_step` (an encoder only):
   no host sync between logging steps, so a non-finite loss is reported at the next logging or

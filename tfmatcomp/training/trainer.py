@@ -3,7 +3,7 @@
 The :class:`Trainer` holds one run (model, optimizer, generators, run directory) and trains it
 through the one loop of :mod:`tfmatcomp.training.loop`, plugging in the float32 step or the fast
 one (:mod:`tfmatcomp.training.steps`). The model kind follows the model config through its
-objective (:mod:`tfmatcomp.training.objectives`, :func:`model_class`): an
+objective (:mod:`tfmatcomp.models.objectives`, :func:`model_class`): an
 :class:`~tfmatcomp.EncoderConfig` trains a :class:`~tfmatcomp.HookedEncoder` on the masked-entry MSE;
 a :class:`~tfmatcomp.DecoderConfig` trains a :class:`~tfmatcomp.HookedDecoder` on the GPT variant
 (:mod:`tfmatcomp.task.gpt`: next-token cross-entropy on the value tokens). Both log ``L``,
@@ -60,7 +60,7 @@ from tfmatcomp.training import fast_step
 from tfmatcomp.training.loop import (
     Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
 )
-from tfmatcomp.training.objectives import objective_for
+from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.training.steps import ExplicitStep, FastTrainerStep
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.runs.rundir import RunDirError
@@ -79,7 +79,7 @@ def default_device() -> torch.device:
 
 def model_class(cfg: EncoderConfig | DecoderConfig) -> type:
     """The model class a config builds: its objective's
-    (:func:`~tfmatcomp.training.objectives.objective_for`).
+    (:func:`~tfmatcomp.models.objectives.objective_for`).
 
     Example:
         >>> import tfmatcomp as tm
