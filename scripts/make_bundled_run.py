@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 import tfmatcomp as tm
+from tfmatcomp.runs.checkpoint_files import seal_config
 from tfmatcomp.runs.layout import (
     CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, METRICS_FILE, PRETRAINED_FILE, RUN_FILE, STATE_FILE,
     STATE_TENSORS_FILE, seed_dir,
@@ -85,7 +86,7 @@ def main() -> None:
         config = json.loads((dest / CONFIG_FILE).read_text())
         for name in (STATE_TENSORS_FILE, STATE_FILE):
             config["files"].pop(name, None)
-        (dest / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+        (dest / CONFIG_FILE).write_text(json.dumps(seal_config(config), indent=2, sort_keys=True))
     (target / "group").mkdir()
     (target / "group" / GROUP_FILE).write_text(json.dumps({"seeds": group.seeds}, indent=2))
     for s in group.seeds:

@@ -10,6 +10,7 @@ import os
 import pytest
 
 import tfmatcomp as tm
+from tfmatcomp.runs.checkpoint_files import seal_config
 from tfmatcomp.runs.rundir import run_configs
 from tfmatcomp.validation import read_bounded
 from tfmatcomp.runs.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, STATE_FILE, STATE_TENSORS_FILE
@@ -57,7 +58,7 @@ def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
     with open(ckpt / "big.bin", "wb") as f:
         f.truncate(1 << 40)  # 1 TiB, sparse
     config["files"]["big.bin"] = "0" * 64
-    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
+    (ckpt / CONFIG_FILE).write_text(json.dumps(seal_config(config)))
     with pytest.raises(tm.CheckpointError, match="big.bin holds 1,099,511,627,776 bytes"):
         tm.load_checkpoint(ckpt)
 
@@ -90,7 +91,7 @@ def _edit_state(ckpt, edit):
     (ckpt / STATE_FILE).write_text(json.dumps(state))
     config = json.loads((ckpt / CONFIG_FILE).read_text())
     config["files"][STATE_FILE] = hashlib.sha256((ckpt / STATE_FILE).read_bytes()).hexdigest()
-    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
+    (ckpt / CONFIG_FILE).write_text(json.dumps(seal_config(config)))
 
 
 def test_a_state_whose_step_is_not_its_checkpoints_is_refused_and_nothing_is_deleted(tmp_path):
@@ -119,7 +120,7 @@ def test_checkpoint_metadata_must_be_an_object(run):
     ckpt = max(tm.list_checkpoints(run).items())[1]
     config = json.loads((ckpt / CONFIG_FILE).read_text())
     config["metadata"] = [1, 2]
-    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
+    (ckpt / CONFIG_FILE).write_text(json.dumps(seal_config(config)))
     with pytest.raises(tm.CheckpointError, match="'metadata' of type list"):
         tm.load_checkpoint(ckpt)
 
@@ -149,7 +150,7 @@ def test_training_state_without_its_generators_is_named_not_a_key_error(tmp_path
     config = json.loads((ckpt / CONFIG_FILE).read_text())
     config["files"][STATE_TENSORS_FILE] = hashlib.sha256(
         (ckpt / STATE_TENSORS_FILE).read_bytes()).hexdigest()
-    (ckpt / CONFIG_FILE).write_text(json.dumps(config))
+    (ckpt / CONFIG_FILE).write_text(json.dumps(seal_config(config)))
     with pytest.raises(tm.runs.rundir.RunDirError, match=r"without \['rng.train'\]"):
         tm.train("tiny", out_dir=out, n_steps=6, batch_size=4, log_every=2, resume=True,
                  progress=False)

@@ -12,6 +12,7 @@ import torch
 from transformer_lens import ActivationCache
 
 import tfmatcomp as tm
+from tfmatcomp.runs.checkpoint_files import seal_config
 from tfmatcomp.models.decoder import next_token_loss
 
 transformers = pytest.importorskip("transformers")
@@ -269,10 +270,10 @@ def test_encoder_checkpoints_without_kind_still_load(tmp_path):
     path = tm.save_checkpoint(encoder, tmp_path / "enc")
     config = json.loads((path / "config.json").read_text())
     assert config.pop("kind") == "encoder"
-    (path / "config.json").write_text(json.dumps(config))  # as written before decoders existed
+    (path / "config.json").write_text(json.dumps(seal_config(config)))  # as written before decoders existed
     assert isinstance(tm.load_checkpoint(path), tm.HookedEncoder)
     config["kind"] = "transformer"
-    (path / "config.json").write_text(json.dumps(config))
+    (path / "config.json").write_text(json.dumps(seal_config(config)))
     with pytest.raises(tm.CheckpointError, match="kind 'transformer'"):
         tm.load_checkpoint(path)
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
+from tfmatcomp.runs.checkpoint_files import seal_config, sha256_file
 from tfmatcomp.datapath import load_checkpoints
 from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, WEIGHTS_FILE
 
@@ -105,8 +106,8 @@ def test_index_that_disagrees_with_its_shards_is_refused(tmp_path):
                            for k, v in index["weight_map"].items()}
     (path / INDEX_FILE).write_text(json.dumps(index))
     config = json.loads((path / CONFIG_FILE).read_text())
-    del config["files"][INDEX_FILE]  # skip the digest, to reach the index check itself
-    (path / CONFIG_FILE).write_text(json.dumps(config))
+    config["files"][INDEX_FILE] = sha256_file(path / INDEX_FILE)  # re-digested, as a forger would
+    (path / CONFIG_FILE).write_text(json.dumps(seal_config(config)))
     with pytest.raises(tm.CheckpointError, match="other tensors"):
         tm.load_checkpoint(path)
 

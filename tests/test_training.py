@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import tfmatcomp as tm
+from tfmatcomp.runs.checkpoint_files import seal_config
 from tfmatcomp.runs.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint_info
 from tfmatcomp.runs.layout import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE
 
@@ -101,7 +102,7 @@ def test_truncated_weights_without_digest_are_refused_cleanly(tmp_path, tiny_mod
     path = tm.save_checkpoint(tiny_model, tmp_path / "ck")
     cfg = json.loads((path / CONFIG_FILE).read_text())
     cfg["files"] = {}
-    (path / CONFIG_FILE).write_text(json.dumps(cfg))
+    (path / CONFIG_FILE).write_text(json.dumps(seal_config(cfg)))
     (path / WEIGHTS_FILE).write_bytes(b"\x10\x00\x00\x00garbage")
     with pytest.raises(CheckpointError, match="safetensors"):
         tm.load_checkpoint(path)

@@ -46,8 +46,8 @@ import torch
 from safetensors.torch import save_file
 
 from tfmatcomp.runs.checkpoint_files import (
-    SAFETENSORS_DTYPES, CheckpointError, checkpoint_dtype, load_tensors, plain_file, read_json,
-    sha256_file, shard_limit, tensor_specs, weight_files, write_weights,
+    SAFETENSORS_DTYPES, CheckpointError, checkpoint_dtype, config_digest, load_tensors, plain_file,
+    read_json, seal_config, sha256_file, shard_limit, tensor_specs, weight_files, write_weights,
 )
 from tfmatcomp.runs.layout import (
     CHECKPOINTS_DIR, CONFIG_FILE, INDEX_FILE, SHARD_NAME, STATE_FILE, STATE_TENSORS_FILE,
@@ -57,7 +57,7 @@ from tfmatcomp.config import DecoderConfig, EncoderConfig, TaskConfig, TrainConf
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.models.objectives import DEFAULT_KIND, OBJECTIVES, objective_for
-from tfmatcomp.validation import check_device
+from tfmatcomp.validation import check_bool, check_device
 
 __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 FORMAT = "tfmatcomp-checkpoint"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: config.json carries its own digest (config_sha256)
 _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".tar", ".zip"}
 Model = HookedEncoder | HookedDecoder
 ModelConfig = EncoderConfig | DecoderConfig
@@ -176,7 +176,7 @@ def save_checkpoint(
             "metadata": metadata or {},
             "files": files,
         }
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True))
+        (tmp / CONFIG_FILE).write_text(json.dumps(seal_config(config), indent=2, sort_keys=True))
         for p in tmp.iterdir():
             p.chmod(0o644)
             with open(p, "rb") as f:
@@ -228,10 +228,27 @@ def _looks_pickled(path: Path) -> bool:
     return head[:2] in (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05") or head == b"PK\x03\x04"
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path, verify: bool = True) -> dict[str, Any]:
+    """``config.json``, checked: with ``verify`` (the default) its own digest (``config_sha256``,
+    :func:`~tfmatcomp.runs.checkpoint_files.seal_config`) and the SHA-256 of every file it lists;
+    ``verify=False`` (an explicit opt-out, for checkpoints written by hand) skips the digests.
+    Sizes and file types are checked either way. Which files must be listed is checked by the
+    readers (:func:`_check_listed`)."""
     config = read_json(path, CONFIG_FILE)
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise CheckpointError(f"path: {path / CONFIG_FILE} is not a tfmatcomp checkpoint config")
+    if verify:
+        if "config_sha256" not in config:
+            raise CheckpointError(f"path: {path / CONFIG_FILE} carries no digest of itself "
+                                  "(config_sha256), so it is unverified; refused (load it with "
+                                  "verify=False to accept it as it is)")
+        if config["config_sha256"] != config_digest(config):
+            raise CheckpointError(f"path: {path / CONFIG_FILE} was changed after it was written "
+                                  "(its content differs from its config_sha256); refused")
+    version = config.get("format_version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= FORMAT_VERSION:
+        raise CheckpointError(f"path: {path / CONFIG_FILE} has format_version {version!r}; this "
+                              f"tfmatcomp reads versions 1 to {FORMAT_VERSION}")
     files = config.get("files", {})
     if not isinstance(files, dict):
         raise CheckpointError(f"path: {path / CONFIG_FILE} has 'files' of type "
@@ -246,9 +263,18 @@ def _read_config(path: Path) -> dict[str, Any]:
         if size > max_bytes:  # before hashing: a huge (or sparse) file would take hours
             raise CheckpointError(f"path: {file} holds {size:,} bytes; a checkpoint of this model "
                                   f"holds at most {max_bytes:,} per file; refused")
-        if sha256_file(file) != digest.lower():
+        if verify and sha256_file(file) != digest.lower():
             raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
     return config
+
+
+def _check_listed(path: Path, config: dict[str, Any], names: list[str]) -> None:
+    """Every file about to be read has a digest in ``config.json`` (else it is unverified)."""
+    unlisted = sorted(n for n in names if n not in config.get("files", {}))
+    if unlisted:
+        raise CheckpointError(f"path: {path / CONFIG_FILE} lists no SHA-256 for {unlisted}, so "
+                              "their content is unverified; refused (load the checkpoint with "
+                              "verify=False to accept it as it is)")
 
 
 def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
@@ -331,6 +357,7 @@ def load_checkpoint_info(
     path: str | os.PathLike,
     device: torch.device | str | None = None,
     config: ModelConfig | None = None,
+    verify: bool = True,
 ) -> tuple[Model, CheckpointInfo]:
     """Load a checkpoint's model and what its config says (step, task, training config).
 
@@ -339,6 +366,9 @@ def load_checkpoint_info(
             index), or a run directory (its latest checkpoint is used).
         device: where to put the model (default: CPU).
         config: if given, the checkpoint's model config must equal it.
+        verify: check every file against its SHA-256 (``config.json`` against ``config.sha256``,
+            the others against the digests ``config.json`` lists) and refuse files without one.
+            ``False`` is the explicit opt-out for a checkpoint written or edited by hand.
 
     The model's class follows the config's ``kind`` (``"encoder"``, the default for checkpoints
     that have none, or ``"decoder"``). Single-file and sharded weights load alike; weights
@@ -350,8 +380,9 @@ def load_checkpoint_info(
     """
     if device is not None:
         device = check_device("device", device)
+    check_bool("verify", verify)
     path = _resolve(path)
-    raw = _read_config(path)
+    raw = _read_config(path, verify)
     cfg_cls, model_cls = _classes(path, raw)
     try:
         model_cfg = cfg_cls.from_dict(raw["model"])
@@ -373,6 +404,9 @@ def load_checkpoint_info(
         raise ConfigMismatchError(f"config: checkpoint {path} has a different model config; "
                                   f"(expected, found) per field: {diff}")
     files = weight_files(path)
+    if verify:
+        _check_listed(path, raw, [f.name for f in files]
+                      + ([INDEX_FILE] if (path / INDEX_FILE).exists() else []))
     dtype = _check_weights_fit(path, model_cfg, files)  # before anything is allocated
     tensors = {k: v for file in files for k, v in load_tensors(file).items()}
     if dtype in (torch.bfloat16, torch.float16):
@@ -391,20 +425,22 @@ def load_checkpoint(
     path: str | os.PathLike,
     device: torch.device | str | None = None,
     config: ModelConfig | None = None,
+    verify: bool = True,
 ) -> Model:
     """Load a checkpoint as a ready :class:`HookedEncoder` or :class:`HookedDecoder` (in eval mode).
 
     See :func:`load_checkpoint_info` for the arguments and errors.
     """
-    return load_checkpoint_info(path, device=device, config=config)[0]
+    return load_checkpoint_info(path, device=device, config=config, verify=verify)[0]
 
 
 def load_training_state(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The ``(tensors, json_state)`` training state saved with a checkpoint (for resuming)."""
     path = _resolve(path)
-    _read_config(path)
+    config = _read_config(path)
     if not has_training_state(path):
         raise CheckpointError(f"path: {path} has no training state ({STATE_FILE}); it cannot be "
                               "resumed from")
+    _check_listed(path, config, [STATE_FILE, STATE_TENSORS_FILE])
     state = read_json(path, STATE_FILE)
     return load_tensors(path / STATE_TENSORS_FILE), state

@@ -32,7 +32,7 @@ from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, SHARD_NAME, WEIGHTS_F
 from tfmatcomp.validation import read_json_bounded
 
 __all__ = ["CheckpointError", "checkpoint_dtype", "SAFETENSORS_DTYPES", "MAX_JSON_BYTES",
-           "sha256_file", "plain_file", "read_json", "shard_limit", "pack_shards",
+           "sha256_file", "config_digest", "seal_config", "plain_file", "read_json", "shard_limit", "pack_shards",
            "write_weights", "weight_files", "tensor_specs", "load_tensors"]
 
 
@@ -62,6 +62,27 @@ _MAX_SHARD_MB = 1 << 20  # a shard limit above 1 TiB is surely a unit mistake
 #: safetensors header bytes per tensor entry beyond its name (dtype, shape, offsets), and per file;
 #: over-estimates, so that a shard file stays under the limit, header included.
 _ENTRY_BYTES, _FILE_BYTES = 160, 64
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """The SHA-256 of a checkpoint's ``config.json`` content without its own ``config_sha256``
+    key, as canonical JSON (sorted keys, no spaces): the digest that covers ``config.json``.
+
+    Example:
+        >>> config_digest({"step": 4}) == config_digest({"step": 4, "config_sha256": "x"})
+        True
+        >>> config_digest({"step": 4}) == config_digest({"step": 5})
+        False
+    """
+    body = {k: v for k, v in config.items() if k != "config_sha256"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def seal_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with its digest (:func:`config_digest`) under ``config_sha256``: what
+    ``config.json`` holds. Whoever rewrites a checkpoint's config seals it again."""
+    return {**config, "config_sha256": config_digest(config)}
 
 
 def plain_file(directory: Path, name: Any) -> Path:

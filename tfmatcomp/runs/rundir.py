@@ -46,6 +46,7 @@ import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from tfmatcomp.runs.checkpoint_files import seal_config
 from tfmatcomp.runs.layout import (
     BAD_LINES_FILE, CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, LEFTOVER, LOCK_FILE, METRICS_FILE,
     RUN_FILE, RUN_FILES, SEED_DIR, START_FILES, STATE_FILE, STATE_TENSORS_FILE, TMP_SUFFIX,
@@ -325,7 +326,7 @@ def strip_state(path: str | os.PathLike) -> None:
     config = read_json_bounded(CONFIG_FILE, config_file)
     for name in (STATE_TENSORS_FILE, STATE_FILE):
         config.get("files", {}).pop(name, None)
-    write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True))
+    write_atomic(config_file, json.dumps(seal_config(config), indent=2, sort_keys=True))
     for name in (STATE_TENSORS_FILE, STATE_FILE):
         (path / name).unlink(missing_ok=True)
 
