@@ -17,7 +17,7 @@ KW = dict(n_steps=4, batch_size=4, log_every=2)
 def test_a_non_finite_loss_raises_floating_point_error_like_every_trainer(tmp_path):
     model = tm.HookedDecoder(CFG, seed=0)
     with torch.no_grad():
-        model.unembed.b.fill_(float("nan"))
+        model.unembed.b_U.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="diverged at step 1"):
         train_lm(model, SAMPLER, out_dir=tmp_path / "run", **KW)
     assert list_checkpoints(tmp_path / "run") == {}
