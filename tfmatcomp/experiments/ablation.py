@@ -59,11 +59,10 @@ def attention_ablation(
     """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (the workshop paper Sections 3.1.2, 3.2.1).
 
     Args:
-        models: a model, a checkpoint path, or ``{label: model or path}``.
-        task: the matrix task (default: the checkpoints' own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`).
         heads: ``"all"`` or 0-based ``(layer, head)`` pairs (``paper_heads("(4,3)")`` converts).
         variant: ``"uniform"`` (papers' text) or ``"mean"`` (papers' code).
-        n_samples: matrices (paper: 256); seed: seeds the batch.
 
     Returns:
         Rows per (model, condition): ``model``, ``heads`` (``"all"`` or the papers' 1-based label),
@@ -133,13 +132,13 @@ def head_group_ablation(
     """Ablate each group of heads on its own; losses without / with and their ratio (the NeurIPS paper App. L).
 
     Args:
-        models: a model, a checkpoint path, or ``{label: model or path}``.
-        task: the matrix task (default: the checkpoints' own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`).
         groups: ``"paper"`` (the papers' groups, :data:`~tfmatcomp.experiments.reference.PAPER_HEAD_GROUPS`,
             4-layer 8-head models only), ``"layers"`` (one group per layer), or a mapping from a name
             to heads: a string in the papers' 1-based notation (``"(2,2-4), (2,6)"``), ``"all"``, or
             0-based ``(layer, head)`` pairs.
-        variant: ``"uniform"`` or ``"mean"``; n_samples (paper: 256); seed.
+        variant: ``"uniform"`` or ``"mean"``.
 
     Returns:
         One row per (model, group): ``model``, ``group``, ``heads_paper`` (1-based label), ``heads``
@@ -193,10 +192,11 @@ def head_ablation_scan(
     """Ablate every head alone; the change in ``metric`` (ablated minus baseline) as a layers x heads table.
 
     Args:
-        models: a model or checkpoint (a mapping gives a table with a ``(model, layer)`` index).
-        task: the matrix task (default: the checkpoint's own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`). A mapping of models gives a table with a
+            ``(model, layer)`` index.
         metric: ``"L_mask"`` (default), ``"L_obs"`` or ``"L"``.
-        variant: ``"uniform"`` or ``"mean"``; n_samples; seed.
+        variant: ``"uniform"`` or ``"mean"``.
 
     Returns:
         A DataFrame with index ``layer`` and columns ``head``, both **0-based**; ``df.attrs`` holds
