@@ -59,7 +59,7 @@ from tfmatcomp.models.hooked_base import HookedBase
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.gpt import encode_sequence, gpt_vocab_size, sep_token_id, sequence_length
 from tfmatcomp.task.tokenizer import ValueTokenizer
-from tfmatcomp.validation import check_bool, check_choice
+from tfmatcomp.validation import check_bool, check_choice, shape_text
 
 __all__ = ["HookedDecoder", "RETURN_TYPES", "next_token_loss"]
 
@@ -426,8 +426,8 @@ def next_token_loss(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tens
     if weights is None:
         return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
     if not torch.is_tensor(weights) or weights.shape != tokens.shape:
-        shape = tuple(weights.shape) if torch.is_tensor(weights) else type(weights).__name__
-        raise ValueError(f"weights: expected shape {tuple(tokens.shape)} (as tokens), got {shape}")
+        raise ValueError(f"weights: expected shape {tuple(tokens.shape)} (as tokens), got "
+                         f"{shape_text(weights)}")
     w = weights[:, 1:].flatten()
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise ValueError("weights: must be finite and >= 0")

@@ -36,7 +36,7 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.hooked_base import HookedBase, UnknownHookError
 from tfmatcomp.task.metrics import mse
 from tfmatcomp.task.tokenizer import ValueTokenizer
-from tfmatcomp.validation import check_choice
+from tfmatcomp.validation import check_choice, shape_text
 
 __all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
 
@@ -104,7 +104,7 @@ class HookedEncoder(HookedBase):
         n_types = max(self.cfg.n_token_types, 1)  # no token types: only all-zero ids (HF's default)
         if not torch.is_tensor(token_type_ids) or token_type_ids.shape != tokens.shape:
             raise ValueError(f"token_type_ids: expected an integer tensor of shape "
-                             f"{tuple(tokens.shape)} (as tokens), got {shape}")
+                             f"{tuple(tokens.shape)} (as tokens), got {shape_text(token_type_ids)}")
         if token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool:
             raise ValueError(f"token_type_ids: must be integers, got dtype {token_type_ids.dtype}")
         if token_type_ids.numel() and (token_type_ids.min() < 0 or token_type_ids.max() >= n_types):
@@ -151,13 +151,12 @@ class HookedEncoder(HookedBase):
             raise ValueError("values: give the matrices' values [batch, pos] (MatrixBatch.values) "
                              "with return_type='loss', and only then")
         if values is not None and (not torch.is_tensor(values) or values.shape != tokens.shape):
-            shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
-            raise ValueError(f"values: expected shape {tuple(tokens.shape)} (as tokens), got {shape}")
+            raise ValueError(f"values: expected shape {tuple(tokens.shape)} (as tokens), got "
+                             f"{shape_text(values)}")
         if attention_mask is not None:
             if not torch.is_tensor(attention_mask) or attention_mask.shape != tokens.shape:
-                shape = (tuple(attention_mask.shape) if torch.is_tensor(attention_mask)
-                         else type(attention_mask).__name__)
-                raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got {shape}")
+                raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got "
+                                 f"{shape_text(attention_mask)}")
             if attention_mask.dtype != torch.bool and bool(
                     ((attention_mask != 0) & (attention_mask != 1)).any()):
                 raise ValueError("attention_mask: must hold only 0 (padding) and 1 (token), or be "

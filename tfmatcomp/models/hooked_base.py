@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from tfmatcomp._interrupts import Undoable, undo_all
-from tfmatcomp.validation import check_bool, check_seed
+from tfmatcomp.validation import check_bool, check_seed, shape_text
 
 __all__ = ["HookedBase", "UnknownHookError"]
 
@@ -153,8 +153,8 @@ class HookedBase(HookedRootModule):
     def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
         """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
         if not torch.is_tensor(tokens) or tokens.ndim != 2:
-            shape = tuple(tokens.shape) if torch.is_tensor(tokens) else type(tokens).__name__
-            raise ValueError(f"{name}: expected an integer tensor [batch, pos], got {shape}")
+            raise ValueError(f"{name}: expected an integer tensor [batch, pos], got "
+                             f"{shape_text(tokens)}")
         if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             raise ValueError(f"{name}: token ids must be integers, got dtype {tokens.dtype}")
         if tokens.shape[1] > self.cfg.n_ctx:
