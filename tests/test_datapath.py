@@ -52,6 +52,15 @@ def test_run_chunked_with_hooks_and_interventions(tiny_model, batch4):
     assert tiny_model.active_hook_count() == 0
 
 
+def test_run_chunked_takes_exactly_the_keywords_of_iter_chunks(tiny_model, batch4):
+    preds, _ = datapath.run_chunked(tiny_model, batch4, batch_size=3, return_predictions=False)
+    assert preds is None
+    with pytest.raises(TypeError, match="batch_sise"):  # refused when called, before any chunk
+        datapath.run_chunked(tiny_model, batch4, batch_sise=3)
+    with pytest.raises(ValueError, match="batch_size"):
+        datapath.run_chunked(tiny_model, batch4, batch_size=0)
+
+
 def test_iter_chunks_streams(tiny_model, batch4):
     chunks = list(datapath.iter_chunks(tiny_model, batch4, batch_size=3, names=["hook_full_embed"]))
     assert [c.start for c in chunks] == [0, 3, 6]

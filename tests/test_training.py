@@ -146,3 +146,33 @@ def test_cli_train_and_resume(tmp_path, capsys):
     assert main(args + ["--steps", "20", "--resume"]) == 0
     assert tm.read_metrics(tmp_path)["step"].tolist() == [5, 10, 15, 20]
     assert "run written" in capsys.readouterr().out
+
+
+# ------------------------------------------------- the training keywords, stated once (RunSetup)
+def test_every_entry_point_takes_the_training_keywords_of_run_setup():
+    from tfmatcomp.training.trainer import RunSetup
+
+    setup = RunSetup.from_keywords("tiny", {"out_dir": "runs/x", "overwrite": True, "lr": 1e-3,
+                                            "n_steps": 7})
+    assert (setup.preset, setup.out_dir, setup.overwrite, setup.progress) == (
+        "tiny", "runs/x", True, True)
+    assert setup.train_overrides == {"lr": 1e-3, "n_steps": 7}
+    model_cfg, task_cfg, train_cfg = setup.configs()
+    assert (model_cfg, task_cfg) == (tm.get_preset("tiny").model, tm.get_preset("tiny").task)
+    assert (train_cfg.lr, train_cfg.n_steps) == (1e-3, 7)
+    trainer = tm.Trainer("tiny", model_cfg=small_cfg(), device="cpu", progress=False, n_steps=7)
+    assert (trainer.model_cfg, trainer.train_cfg.n_steps, trainer.progress) == (small_cfg(), 7, False)
+    with pytest.raises(TypeError, match="n_step"):  # a misspelt keyword is no TrainConfig field
+        tm.Trainer("tiny", n_step=7)
+    with pytest.raises(ValueError, match="resume, overwrite"):
+        tm.train("tiny", resume=True, overwrite=True)
+    with pytest.raises(ValueError, match="resume, overwrite"):
+        tm.train_many("tiny", seeds=[0], resume=True, overwrite=True)
+
+
+def test_a_seed_group_refuses_a_model_or_a_trainable_predicate():
+    model = tm.HookedEncoder(small_cfg())
+    with pytest.raises(TypeError, match="model"):
+        tm.MultiSeedTrainer("tiny", seeds=[0, 1], model=model, progress=False)
+    with pytest.raises(TypeError, match="trainable"):
+        tm.MultiSeedTrainer("tiny", seeds=[0, 1], trainable=lambda n: True, progress=False)

@@ -132,14 +132,14 @@ def _train(args: argparse.Namespace) -> int:
 def _train_here(args: argparse.Namespace) -> int:
     from tfmatcomp import distributed  # the single-process trainers when not under torchrun
 
-    overrides = _train_overrides(args)
+    # the run's keywords (RunSetup's, resume and the TrainConfig overrides), for one seed or many
+    keywords = dict(out_dir=args.out, device=args.device, resume=args.resume,
+                    overwrite=args.overwrite, progress=not args.no_progress,
+                    **_train_overrides(args))
     if args.seeds is not None:
         if args.seed is not None:
             raise ValueError("--seed and --seeds: give one of them")
-        runs = distributed.train_many(args.preset, seeds=args.seeds, out_dir=args.out,
-                                      device=args.device, resume=args.resume,
-                                      overwrite=args.overwrite, progress=not args.no_progress,
-                                      **overrides)
+        runs = distributed.train_many(args.preset, seeds=args.seeds, **keywords)
         for seed, result in runs:
             if len(result.metrics):
                 last = result.metrics.iloc[-1]
@@ -148,9 +148,7 @@ def _train_here(args: argparse.Namespace) -> int:
         if distributed.rank() == 0:
             print(f"runs written to {args.out}/seed-*")
         return 0
-    result = distributed.train(args.preset, out_dir=args.out, device=args.device,
-                               resume=args.resume, overwrite=args.overwrite,
-                               progress=not args.no_progress, **overrides)
+    result = distributed.train(args.preset, **keywords)
     if distributed.rank() != 0:
         return 0
     last = result.metrics.iloc[-1] if len(result.metrics) else None
@@ -267,16 +265,14 @@ def _demo(args: argparse.Namespace) -> int:
     probe = Trainer(args.preset, device=device, progress=False, **overrides)
     print(f"training seed(s) {seeds} of the {args.preset} preset into {out_dir} on {device} "
           f"(resumes if interrupted); {probe.step_reason}")
+    keywords = dict(resume=not args.overwrite, overwrite=args.overwrite,
+                    progress=not args.no_progress, **overrides)
     if probe.fast:  # the fast step trains one seed at a time; the batched program is float32
         for s in parse_seeds(seeds):
-            train(args.preset, seed=s, out_dir=seed_dir(out_dir, s), device=device,
-                  resume=not args.overwrite, overwrite=args.overwrite,
-                  progress=not args.no_progress, **overrides)
+            train(args.preset, seed=s, out_dir=seed_dir(out_dir, s), device=device, **keywords)
         write_group_file(out_dir, parse_seeds(seeds))
     else:
-        train_many(args.preset, seeds=seeds, out_dir=out_dir, device=args.device,
-                   resume=not args.overwrite, overwrite=args.overwrite,
-                   progress=not args.no_progress, **overrides)
+        train_many(args.preset, seeds=seeds, out_dir=out_dir, device=args.device, **keywords)
     group = SeedGroup.load(out_dir)
     print(f"{len(group.dropped)} of {len(group.seeds)} seeds dropped"
           + (f" (onsets {', '.join(f'{group.drops[s].drop_start:,.0f}' for s in group.dropped)})"

@@ -334,27 +334,26 @@ def _from_dict(cls, data: dict[str, Any], what: str):
     return cls(**data)
 
 
-def _paper_checkpoints() -> tuple[int, ...]:
-    return (4_000, 14_000, 16_000, 20_000)
+def _paper_preset(name: str, n_layers: int, n_heads: int, lr: float, description: str) -> Preset:
+    """Gopalani et al.'s setup, which both paper presets share (7x7 rank-2 with 30% masked, width
+    768, 50k steps of 256 matrices, checkpoints around the drop); they differ in size and lr."""
+    return Preset(
+        name=name,
+        model=EncoderConfig(n_layers=n_layers, n_heads=n_heads, d_model=768, d_mlp=3072, n_ctx=49),
+        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
+        train=TrainConfig(n_steps=50_000, batch_size=256, eval_batch_size=64, lr=lr,
+                          checkpoint_steps=(4_000, 14_000, 16_000, 20_000), checkpoint_every=5_000),
+        description=description,
+    )
 
 
 PRESETS: dict[str, Preset] = {
-    "paper-4l8h": Preset(
-        name="paper-4l8h",
-        model=EncoderConfig(n_layers=4, n_heads=8, d_model=768, d_mlp=3072, n_ctx=49),
-        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
-        train=TrainConfig(n_steps=50_000, batch_size=256, eval_batch_size=64, lr=1e-4,
-                          checkpoint_steps=_paper_checkpoints(), checkpoint_every=5_000),
-        description="Gopalani et al.: 4 layers x 8 heads x 768, 7x7 rank-2, 50k steps at lr 1e-4.",
-    ),
-    "paper-12l12h": Preset(
-        name="paper-12l12h",
-        model=EncoderConfig(n_layers=12, n_heads=12, d_model=768, d_mlp=3072, n_ctx=49),
-        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
-        train=TrainConfig(n_steps=50_000, batch_size=256, eval_batch_size=64, lr=5e-5,
-                          checkpoint_steps=_paper_checkpoints(), checkpoint_every=5_000),
-        description="Gopalani et al.'s large model: 12 layers x 12 heads, lr 5e-5.",
-    ),
+    "paper-4l8h": _paper_preset(
+        "paper-4l8h", n_layers=4, n_heads=8, lr=1e-4,
+        description="Gopalani et al.: 4 layers x 8 heads x 768, 7x7 rank-2, 50k steps at lr 1e-4."),
+    "paper-12l12h": _paper_preset(
+        "paper-12l12h", n_layers=12, n_heads=12, lr=5e-5,
+        description="Gopalani et al.'s large model: 12 layers x 12 heads, lr 5e-5."),
     "tiny": Preset(
         name="tiny",
         model=EncoderConfig(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=16,

@@ -384,20 +384,12 @@ def iter_chunks(
 
 
 def run_chunked(
-    model: HookedEncoder | HookedDecoder,
-    inputs: Inputs,
-    *,
-    batch_size: int = 256,
-    names: Sequence[str] | None = None,
-    fwd_hooks: Sequence[tuple[str, Callable]] = (),
-    intervention: InterventionLike = None,
-    return_predictions: bool = True,
-    attention_mask: Int[Tensor, "batch pos"] | None = None,
-    bf16: bool | None = None,
+    model: HookedEncoder | HookedDecoder, inputs: Inputs, **options: Any
 ) -> tuple[Float[Tensor, "batch pos"] | None, dict[str, Tensor]]:
     """``(predictions, cache)`` of ``model`` on all of ``inputs``, concatenated over chunks.
 
-    The arguments are those of :func:`iter_chunks`; ``cache`` holds each of ``names`` over the
+    The arguments are those of :func:`iter_chunks` (``options``: its keywords, ``batch_size``,
+    ``names``, ``fwd_hooks``, ``intervention``, ...); ``cache`` holds each of ``names`` over the
     whole input (empty without names), ``predictions`` is None with ``return_predictions=False``.
 
     Example:
@@ -410,9 +402,7 @@ def run_chunked(
     """
     preds: list[Tensor] = []
     caches: dict[str, list[Tensor]] = {}
-    for chunk in iter_chunks(model, inputs, batch_size=batch_size, names=names, fwd_hooks=fwd_hooks,
-                             intervention=intervention, return_predictions=return_predictions,
-                             attention_mask=attention_mask, bf16=bf16):
+    for chunk in iter_chunks(model, inputs, **options):
         if chunk.predictions is not None:
             preds.append(chunk.predictions)
         for name, act in chunk.cache.items():

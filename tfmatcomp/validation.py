@@ -243,6 +243,20 @@ def check_int_list(name: str, values: Any, lo: int | None = None, hi: int | None
     return out
 
 
+def shape_text(value: Any) -> Any:
+    """What an error message says a tensor argument was: its shape as a tuple, or the name of
+    the type given instead of a tensor.
+
+    Example:
+        >>> import torch
+        >>> shape_text(torch.zeros(2, 3)), shape_text([1.0, 2.0])
+        ((2, 3), 'list')
+    """
+    import torch
+
+    return tuple(value.shape) if torch.is_tensor(value) else type(value).__name__
+
+
 def check_float_dtype(name: str, dtype: Any) -> Any:
     """``dtype`` if it is a floating-point ``torch.dtype``, else ``ValueError`` (integer dtypes would
     silently truncate).

@@ -36,15 +36,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.runs.checkpoint import list_checkpoints
-from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
+from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig
 from tfmatcomp.runs.layout import METRICS_FILE, SWEEP_FILE, seed_dir
 from tfmatcomp.training.multiseed import parse_seeds, train_many
 from tfmatcomp.training.loop import check_resume_overwrite
-from tfmatcomp.training.trainer import read_metrics
+from tfmatcomp.training.trainer import RunSetup, read_metrics
 
 __all__ = ["SweepConfig", "SweepResult", "ALIASES", "DEFAULT_GRID", "PAPER_GRIDS", "expand_grid",
            "sweep", "read_sweep", "sweep_table"]
@@ -138,10 +137,9 @@ def expand_grid(
         >>> expand_grid({"d_model": [32]})[0].model_cfg.d_mlp  # the tiny preset's 4 d
         128
     """
-    p = get_preset(preset)
+    base = dict(zip(("model", "task", "train"), RunSetup(
+        preset, model_cfg, task_cfg, train_cfg, train_overrides=train_overrides).configs()))
     canon = _canonical(grid)
-    base = {"model": model_cfg or p.model, "task": task_cfg or p.task,
-            "train": dataclasses.replace(train_cfg or p.train, **train_overrides)}
     configs = []
     for combo in itertools.product(*canon.values()):
         values = dict(zip(canon, combo))
@@ -248,60 +246,49 @@ def _write_sweep_file(out_dir: Path, preset: str, seeds: list[int], configs: lis
                                indent=2))
 
 
-def sweep(
-    grid: Mapping[str, Sequence[Any]],
-    preset: str | Preset = "tiny",
-    *,
-    seeds: str | int | Sequence[int] = 0,
-    model_cfg: EncoderConfig | None = None,
-    task_cfg: TaskConfig | None = None,
-    train_cfg: TrainConfig | None = None,
-    out_dir: str | os.PathLike | None = None,
-    device: torch.device | str | None = None,
-    resume: bool = True,
-    overwrite: bool = False,
-    progress: bool = True,
-    **train_overrides: Any,
-) -> SweepResult:
+def sweep(grid: Mapping[str, Sequence[Any]], preset: str | Preset = "tiny", *,
+          seeds: str | int | Sequence[int] = 0, resume: bool = True, **keywords: Any) -> SweepResult:
     """Train every configuration of ``grid`` for every seed and tabulate the outcome.
 
     Args:
         grid: ``{field: [values]}`` (see the module docstring); every configuration is checked
             before the first is trained.
-        preset, model_cfg, task_cfg, train_cfg, train_overrides: the base configuration, as in
-            :func:`tfmatcomp.train` (``n_steps=``, ``lr=``, ...).
+        preset: the base configuration's preset, as in :func:`tfmatcomp.train`.
         seeds: the seeds of every configuration, trained together (``"0-3"``, ``[0, 1]``, 2).
-        out_dir: the sweep directory; configuration ``c`` writes ``out_dir/<c.name>/seed-{s}``.
-            None trains in memory.
         resume: continue unfinished runs in ``out_dir`` and skip finished ones (default). With
             ``resume=False`` a configuration whose directory holds a run is refused.
-        overwrite: train every configuration again from step 0.
+        keywords: the fields of :class:`~tfmatcomp.training.trainer.RunSetup` and
+            :class:`~tfmatcomp.TrainConfig` fields (``n_steps=``, ``lr=``, ...), as
+            :func:`tfmatcomp.train_many` takes them, except that ``out_dir`` is the sweep
+            directory: configuration ``c`` writes ``out_dir/<c.name>/seed-{s}`` (None trains in
+            memory); ``overwrite`` trains every configuration again from step 0.
 
     Returns:
         A :class:`SweepResult`; ``result.table`` has one row per configuration and seed.
     """
-    check_resume_overwrite(resume, overwrite)
-    if "seed" in train_overrides:
+    setup = RunSetup.from_keywords(preset, keywords)
+    check_resume_overwrite(resume, setup.overwrite)
+    if "seed" in setup.train_overrides:
         raise ValueError("seed: give the seeds with seeds=..., not seed=")
-    configs = expand_grid(grid, preset, model_cfg=model_cfg, task_cfg=task_cfg,
-                          train_cfg=train_cfg, **train_overrides)
+    configs = expand_grid(grid, preset, model_cfg=setup.model_cfg, task_cfg=setup.task_cfg,
+                          train_cfg=setup.train_cfg, **setup.train_overrides)
     seed_list = parse_seeds(seeds)
-    root = Path(out_dir) if out_dir is not None else None
+    root = Path(setup.out_dir) if setup.out_dir is not None else None
     name = preset if isinstance(preset, str) else preset.name
     if root is not None:
         _write_sweep_file(root, name, seed_list, configs)
     frames = []
     for i, c in enumerate(configs):
         run = root / c.name if root is not None else None
-        if progress:
+        if setup.progress:
             print(f"[{i + 1}/{len(configs)}] {c.name}")
         if run is not None and resume and _finished(run, seed_list, c.train_cfg.n_steps):
             logs = {s: read_metrics(seed_dir(run, s)) for s in seed_list}
         else:
             result = train_many(preset, seeds=seed_list, model_cfg=c.model_cfg, task_cfg=c.task_cfg,
-                                train_cfg=c.train_cfg, out_dir=run, device=device,
-                                resume=resume and run is not None, overwrite=overwrite,
-                                progress=progress)
+                                train_cfg=c.train_cfg, out_dir=run, device=setup.device,
+                                resume=resume and run is not None, overwrite=setup.overwrite,
+                                progress=setup.progress)
             logs = {s: r.metrics for s, r in result}
         for s, log in logs.items():
             frames.append(log.assign(**c.values, seed=s,

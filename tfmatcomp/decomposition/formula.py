@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.validation import check_finite, check_int_in_range
+from tfmatcomp.validation import check_finite, check_int_in_range, shape_text
 
 __all__ = ["centered_means", "split_contexts", "masked", "valid_weights"]
 
@@ -42,8 +42,8 @@ __all__ = ["centered_means", "split_contexts", "masked", "valid_weights"]
 def check_activations(h: Any, name: str = "h") -> Tensor:
     """``h`` if it is a floating-point ``[contexts, positions, d]`` tensor, else a ValueError."""
     if not torch.is_tensor(h) or h.ndim != 3:
-        shape = tuple(h.shape) if torch.is_tensor(h) else type(h).__name__
-        raise ValueError(f"{name}: expected a float tensor [contexts, positions, d], got {shape}")
+        raise ValueError(f"{name}: expected a float tensor [contexts, positions, d], got "
+                         f"{shape_text(h)}")
     if not h.dtype.is_floating_point:
         raise ValueError(f"{name}: expected a floating-point tensor, got dtype {h.dtype}")
     return h

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -38,7 +37,7 @@ from tfmatcomp.training.loop import check_n_steps, check_resume_overwrite, resum
 from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, parse_seeds
 from tfmatcomp.models.objectives import OBJECTIVES
 from tfmatcomp.training.steps import ExplicitStep
-from tfmatcomp.training.trainer import Trainer, TrainResult
+from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult
 
 __all__ = ["DistributedTrainer", "DataParallelStep", "train", "train_many"]
 
@@ -198,9 +197,7 @@ class _SeedShard(MultiSeedTrainer):
 
 
 def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int],
-               out_dir: str | os.PathLike | None = None, device: torch.device | str | None = None,
-               resume: bool = False, overwrite: bool = False, progress: bool = True,
-               **kwargs: Any) -> MultiSeedResult:
+               resume: bool = False, **keywords: Any) -> MultiSeedResult:
     """:func:`tfmatcomp.train_many` with the seeds spread over the ranks in contiguous blocks
     (:func:`shard_range`); each rank trains its block as one batched program and returns its
     seeds' results. Seed ``s`` writes ``out_dir/seed-{s}`` as in one process; rank 0 locks and
@@ -213,18 +210,18 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         >>> runs.seeds
         [0, 1]
     """
-    if not init(device):
-        return multiseed.train_many(preset, seeds=seeds, out_dir=out_dir, device=device,
-                                    resume=resume, overwrite=overwrite, progress=progress, **kwargs)
-    check_resume_overwrite(resume, overwrite)
+    setup = RunSetup.from_keywords(preset, keywords)
+    if not init(setup.device):
+        return multiseed.train_many(preset, seeds=seeds, resume=resume, **keywords)
+    check_resume_overwrite(resume, setup.overwrite)
     every = parse_seeds(seeds)
     mine = every[shard_range(len(every), rank(), world_size())]
-    out = Path(out_dir) if out_dir is not None else None
+    out = Path(setup.out_dir) if setup.out_dir is not None else None
     lock = rundir.RunDirLock(out) if out is not None and rank() == 0 else None
 
     def claim_group() -> None:
         lock.acquire()
-        rundir.check_group(out, every, resume, overwrite)
+        rundir.check_group(out, every, resume, setup.overwrite)
         if resume:
             rundir.check_group_resumable(out, every)
         multiseed.write_group_file(out, every)
@@ -232,8 +229,9 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     def work() -> MultiSeedResult:
         if not mine:
             return MultiSeedResult(seeds=[], results={}, out_dir=out, step=0)
-        trainer = _SeedShard(preset, seeds=mine, out_dir=out, device=rank_device(device),
-                             progress=progress and rank() == 0, overwrite=overwrite, **kwargs)
+        trainer = _SeedShard(preset, seeds=mine, **{
+            **keywords, "device": rank_device(setup.device),
+            "progress": setup.progress and rank() == 0})
         return resume_and_run(trainer, resume)
 
     try:

@@ -1,10 +1,16 @@
 """The papers' causal experiments as functions that return tidy pandas tables.
 
-Each function takes models (a :class:`~tfmatcomp.HookedEncoder` or
-:class:`~tfmatcomp.HookedDecoder`, a checkpoint path, or
-``{label: model or path}``; label ``"pre-shift"`` / ``"post-shift"`` to get the papers' numbers in the
-``paper_4l8h_*`` columns), a task (default: the checkpoint's), ``n_samples`` (the papers' counts by
-default) and a ``seed``; the same seed gives the same table. See docs/interventions.md.
+The common arguments, which each function's docstring refers to rather than repeats:
+
+* ``models``: a :class:`~tfmatcomp.HookedEncoder` or :class:`~tfmatcomp.HookedDecoder`, a
+  checkpoint path, or ``{label: model or path}``; label ``"pre-shift"`` / ``"post-shift"`` to get
+  the papers' numbers in the ``paper_4l8h_*`` columns.
+* ``task``: the matrix task (default: the checkpoints' own).
+* ``n_samples``: matrices (the papers' counts by default, 256 for most).
+* ``seed``: seeds the batch (the same for every condition); the same seed gives the same table.
+* ``batch_size``: matrices per forward pass.
+
+See docs/interventions.md.
 
 =============================  ======================================================  ==========
 function                       what                                                    paper

@@ -15,7 +15,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from typing import Any, Iterator, Literal, Mapping
 
 import pandas as pd
 
@@ -26,6 +26,7 @@ from tfmatcomp.experiments.table import experiment_table, loss_row
 from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAblation, paper_heads,
                                      paper_label, resolve_heads, to_json)
 from tfmatcomp.interventions.sites import HeadSpec
+from tfmatcomp.task.data import MatrixBatch
 
 __all__ = ["attention_ablation", "head_group_ablation", "head_ablation_scan"]
 
@@ -40,6 +41,15 @@ def _ablation(heads, variant: Variant):
         return MeanAttentionAblation(heads)
     raise ValueError(f"variant: must be 'uniform' (the papers' 1/n^2) or 'mean' (batch mean, the "
                      f"papers' code), got {variant!r}")
+
+
+def _seeded_batches(models: ModelsLike, task: TaskLike, n_samples: int, seed: int
+                    ) -> Iterator[tuple[str, Any, MatrixBatch]]:
+    """``(label, model, batch)`` for each of ``models``: the same seeded batch of ``task`` (the
+    checkpoints' own by default) on the model's device, which every condition is compared on."""
+    named, task = resolve_models(models, task)
+    for label, model in named.items():
+        yield label, model, sample_batch(task, n_samples, seed, model.device)
 
 
 def _heads_text(heads) -> str:
@@ -59,11 +69,10 @@ def attention_ablation(
     """``L``, ``L_obs``, ``L_mask`` with and without ablating ``heads`` (the workshop paper Sections 3.1.2, 3.2.1).
 
     Args:
-        models: a model, a checkpoint path, or ``{label: model or path}``.
-        task: the matrix task (default: the checkpoints' own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`).
         heads: ``"all"`` or 0-based ``(layer, head)`` pairs (``paper_heads("(4,3)")`` converts).
         variant: ``"uniform"`` (papers' text) or ``"mean"`` (papers' code).
-        n_samples: matrices (paper: 256); seed: seeds the batch.
 
     Returns:
         Rows per (model, condition): ``model``, ``heads`` (``"all"`` or the papers' 1-based label),
@@ -79,12 +88,10 @@ def attention_ablation(
         >>> df["paper_4l8h_L_mask"].tolist()
         [0.0128, 0.2183]
     """
-    named, task = resolve_models(models, task)
     rows = []
-    for label, model in named.items():
+    for label, model, batch in _seeded_batches(models, task, n_samples, seed):
         chosen = "all" if heads == "all" else resolve_heads(model.cfg.n_layers, model.cfg.n_heads, heads)
         abl = _ablation(chosen, variant)
-        batch = sample_batch(task, n_samples, seed, model.device)
         paper = PAPER_ABLATION_ALL.get(label, {}) if (chosen == "all" and variant == "uniform") else {}
         for condition, iv in (("baseline", None), ("ablated", abl)):
             rows.append({"model": label, "heads": _heads_text(chosen), "variant": variant,
@@ -133,13 +140,13 @@ def head_group_ablation(
     """Ablate each group of heads on its own; losses without / with and their ratio (the NeurIPS paper App. L).
 
     Args:
-        models: a model, a checkpoint path, or ``{label: model or path}``.
-        task: the matrix task (default: the checkpoints' own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`).
         groups: ``"paper"`` (the papers' groups, :data:`~tfmatcomp.experiments.reference.PAPER_HEAD_GROUPS`,
             4-layer 8-head models only), ``"layers"`` (one group per layer), or a mapping from a name
             to heads: a string in the papers' 1-based notation (``"(2,2-4), (2,6)"``), ``"all"``, or
             0-based ``(layer, head)`` pairs.
-        variant: ``"uniform"`` or ``"mean"``; n_samples (paper: 256); seed.
+        variant: ``"uniform"`` or ``"mean"``.
 
     Returns:
         One row per (model, group): ``model``, ``group``, ``heads_paper`` (1-based label), ``heads``
@@ -155,11 +162,9 @@ def head_group_ablation(
         >>> df[["group", "heads_paper"]].values.tolist()
         [['first', '(1,1-2)'], ['second', '(2,4)']]
     """
-    named, task = resolve_models(models, task)
     rows = []
-    for label, model in named.items():
+    for label, model, batch in _seeded_batches(models, task, n_samples, seed):
         spec = _groups(groups, model.cfg.n_layers, model.cfg.n_heads)
-        batch = sample_batch(task, n_samples, seed, model.device)
         base = loss_values(predict(model, batch, None, batch_size), batch)
         for name, heads in spec.items():
             iv = _ablation(heads, variant)
@@ -193,10 +198,11 @@ def head_ablation_scan(
     """Ablate every head alone; the change in ``metric`` (ablated minus baseline) as a layers x heads table.
 
     Args:
-        models: a model or checkpoint (a mapping gives a table with a ``(model, layer)`` index).
-        task: the matrix task (default: the checkpoint's own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`). A mapping of models gives a table with a
+            ``(model, layer)`` index.
         metric: ``"L_mask"`` (default), ``"L_obs"`` or ``"L"``.
-        variant: ``"uniform"`` or ``"mean"``; n_samples; seed.
+        variant: ``"uniform"`` or ``"mean"``.
 
     Returns:
         A DataFrame with index ``layer`` and columns ``head``, both **0-based**; ``df.attrs`` holds
@@ -212,10 +218,8 @@ def head_ablation_scan(
     """
     if metric not in ("L", "L_obs", "L_mask"):
         raise ValueError(f"metric: must be 'L', 'L_obs' or 'L_mask', got {metric!r}")
-    named, task = resolve_models(models, task)
     tables, baselines, cells = {}, {}, {}
-    for label, model in named.items():
-        batch = sample_batch(task, n_samples, seed, model.device)
+    for label, model, batch in _seeded_batches(models, task, n_samples, seed):
         base = loss_values(predict(model, batch, None, batch_size), batch)[metric]
         grid = []
         for l in range(model.cfg.n_layers):

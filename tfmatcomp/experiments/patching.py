@@ -41,11 +41,10 @@ def activation_patching(
     """``MSE(f_p, X)`` and ``MSE(f_p, -X)`` at masked and observed entries, for patched layer sets.
 
     Args:
-        models: a model, a checkpoint path, or ``{label: model or path}``.
-        task: the matrix task (default: the checkpoints' own).
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`). ``seed`` seeds ``X`` (``-X`` has the same mask).
         hook: the block-relative hook patched in each layer (default ``"attn.hook_z"``, the papers').
         per_layer: also patch each layer alone.
-        n_samples: matrices (paper: 256); seed: seeds ``X`` (``-X`` has the same mask).
 
     Returns:
         Rows per (model, patched, entries): ``patched`` (``"none"``, ``"all"`` or ``"layer l"``,

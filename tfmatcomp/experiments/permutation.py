@@ -38,9 +38,8 @@ def positional_permutation(
     """Losses with randomly permuted positional embeddings.
 
     Args:
-        models: a model, a checkpoint path, or ``{label: model or path}``.
-        task: the matrix task (default: the checkpoints' own).
-        n_samples: matrices (paper: 256); seed: seeds the batch.
+        models, task, n_samples, seed, batch_size: the experiments' common arguments
+            (:mod:`tfmatcomp.experiments`).
         n_permutations: how many random permutations; permutation ``k`` uses seed ``seed + k``.
 
     Returns:

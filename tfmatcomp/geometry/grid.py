@@ -29,7 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from tfmatcomp.geometry.pca import pca
-from tfmatcomp.validation import check_positive_int
+from tfmatcomp.validation import check_positive_int, shape_text
 
 __all__ = ["GridShares", "row_column_r2", "pos_pca"]
 
@@ -47,9 +47,8 @@ def _grid(pos: Tensor, n_rows: int, n_cols: int) -> Tensor:
     check_positive_int("n_rows", n_rows)
     check_positive_int("n_cols", n_cols)
     if not torch.is_tensor(pos) or pos.ndim != 2 or pos.shape[0] != n_rows * n_cols:
-        shape = tuple(pos.shape) if torch.is_tensor(pos) else type(pos).__name__
         raise ValueError(f"pos: expected [{n_rows * n_cols}, d] (one row per matrix entry, no "
-                         f"position dropped), got {shape}")
+                         f"position dropped), got {shape_text(pos)}")
     return pos.detach().to(torch.float64).reshape(n_rows, n_cols, -1)
 
 

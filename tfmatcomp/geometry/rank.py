@@ -26,7 +26,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tfmatcomp.validation import check_finite, check_in_range
+from tfmatcomp.validation import check_finite, check_in_range, shape_text
 
 __all__ = [
     "ScreeNOTResult",
@@ -212,8 +212,7 @@ def screenot(
         3
     """
     if not torch.is_tensor(matrix) or matrix.ndim != 2 or min(matrix.shape) < 1:
-        shape = tuple(matrix.shape) if torch.is_tensor(matrix) else type(matrix).__name__
-        raise ValueError(f"matrix: expected a non-empty 2-D tensor, got {shape}")
+        raise ValueError(f"matrix: expected a non-empty 2-D tensor, got {shape_text(matrix)}")
     check_finite("matrix", matrix)
     m, n = matrix.shape
     need = 4 if _check_strategy(strategy) == "impute" else 2
@@ -234,8 +233,7 @@ def stable_rank(matrix: Float[Tensor, "m n"]) -> float:
         5.0
     """
     if not torch.is_tensor(matrix) or matrix.ndim != 2:
-        shape = tuple(matrix.shape) if torch.is_tensor(matrix) else type(matrix).__name__
-        raise ValueError(f"matrix: expected a 2-D tensor, got {shape}")
+        raise ValueError(f"matrix: expected a 2-D tensor, got {shape_text(matrix)}")
     check_finite("matrix", matrix)
     sv = torch.linalg.svdvals(matrix.detach().to(torch.float64))
     if sv.numel() == 0 or float(sv[0]) == 0:

@@ -16,7 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tfmatcomp.validation import check_non_negative, check_positive_int
+from tfmatcomp.validation import check_non_negative, check_positive_int, shape_text
 
 __all__ = [
     "cosine_matrix",
@@ -31,8 +31,7 @@ __all__ = [
 
 def _rows(x: Tensor, name: str) -> Tensor:
     if not torch.is_tensor(x) or x.ndim != 2:
-        shape = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
-        raise ValueError(f"{name}: expected a 2-D tensor [n, d], got {shape}")
+        raise ValueError(f"{name}: expected a 2-D tensor [n, d], got {shape_text(x)}")
     return x.detach().to(torch.float64)
 
 

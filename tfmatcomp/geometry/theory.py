@@ -38,7 +38,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from tfmatcomp.validation import check_int_in_range, check_positive_int
+from tfmatcomp.validation import check_int_in_range, check_positive_int, shape_text
 
 __all__ = ["extended_gram", "finite_difference", "smoothness", "low_frequency_basis",
            "low_frequency_error", "theorem1_table", "positional_projection",
@@ -48,7 +48,7 @@ __all__ = ["extended_gram", "finite_difference", "smoothness", "low_frequency_ba
 def _pos(pos: Tensor) -> Tensor:
     if not torch.is_tensor(pos) or pos.ndim != 2 or pos.shape[0] < 2:
         raise ValueError(f"pos: expected a [T >= 2, d] tensor, got "
-                         f"{tuple(pos.shape) if torch.is_tensor(pos) else type(pos).__name__}")
+                         f"{shape_text(pos)}")
     return pos.detach().to(torch.float64)
 
 

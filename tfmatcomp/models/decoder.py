@@ -59,7 +59,7 @@ from tfmatcomp.models.hooked_base import HookedBase
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.gpt import encode_sequence, gpt_vocab_size, sep_token_id, sequence_length
 from tfmatcomp.task.tokenizer import ValueTokenizer
-from tfmatcomp.validation import check_bool, check_choice
+from tfmatcomp.validation import check_bool, check_choice, shape_text
 
 __all__ = ["HookedDecoder", "RETURN_TYPES", "next_token_loss"]
 
@@ -103,21 +103,19 @@ class HookedDecoder(HookedBase):
         self.init_weights(torch.Generator().manual_seed(seed))
         self.setup()
 
+    # :meth:`init_weights` as HuggingFace GPT-2 does
+    def init_divisor(self, name: str) -> float | None:
+        """``sqrt(2 * n_layers)`` for the residual-path projections ``W_O``, ``W_out`` (GPT-2's
+        ``c_proj``), None for the tied ``unembed.W_U`` (:meth:`init_own_weights`), else 1."""
+        if name == "unembed.W_U":
+            return None
+        if name.rsplit(".", 1)[-1] in ("W_O", "W_out"):
+            return math.sqrt(2 * self.cfg.n_layers)
+        return 1.0
+
     @torch.no_grad()
-    def init_weights(self, generator: torch.Generator) -> None:
-        """Re-initialize every parameter from ``generator`` (CPU), as HuggingFace GPT-2 does."""
-        std = self.cfg.init_range
-        for name, p in self.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf == "w":  # LayerNorm weight
-                p.fill_(1.0)
-            elif leaf.startswith("b"):  # biases, LayerNorm bias, b_U
-                p.zero_()
-            elif leaf in ("W_O", "W_out"):  # the residual-path projections (GPT-2's c_proj)
-                p.copy_(torch.randn(p.shape, generator=generator) * std
-                        / math.sqrt(2 * self.cfg.n_layers))
-            elif name != "unembed.W_U":
-                p.copy_(torch.randn(p.shape, generator=generator) * std)
+    def init_own_weights(self, generator: torch.Generator) -> None:
+        """Tie the unembedding to the token embedding: ``W_U = W_E.T``."""
         self.unembed.W_U.copy_(self.embed.W_E.T)
 
     def forward(
@@ -276,13 +274,7 @@ class HookedDecoder(HookedBase):
              0.00  1.00
         """
         self._check_matrix_vocabulary("to_tokens")
-        matrices = torch.as_tensor(matrices)
-        if matrices.ndim not in (2, 3):
-            raise ValueError(f"matrices: expected [batch, n_rows, n_cols] or [n_rows, n_cols], got "
-                             f"shape {tuple(matrices.shape)}")
-        if matrices.ndim == 2:
-            matrices = matrices[None]
-            observed = None if observed is None else torch.as_tensor(observed)[None]
+        matrices, observed = self._with_batch_axis(matrices, observed)
         b, n_rows, n_cols = matrices.shape
         length = sequence_length(n_rows * n_cols)
         if length > self.cfg.n_ctx:
@@ -434,8 +426,8 @@ def next_token_loss(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tens
     if weights is None:
         return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
     if not torch.is_tensor(weights) or weights.shape != tokens.shape:
-        shape = tuple(weights.shape) if torch.is_tensor(weights) else type(weights).__name__
-        raise ValueError(f"weights: expected shape {tuple(tokens.shape)} (as tokens), got {shape}")
+        raise ValueError(f"weights: expected shape {tuple(tokens.shape)} (as tokens), got "
+                         f"{shape_text(weights)}")
     w = weights[:, 1:].flatten()
     if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
         raise ValueError("weights: must be finite and >= 0")

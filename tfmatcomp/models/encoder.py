@@ -36,7 +36,7 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.hooked_base import HookedBase, UnknownHookError
 from tfmatcomp.task.metrics import mse
 from tfmatcomp.task.tokenizer import ValueTokenizer
-from tfmatcomp.validation import check_choice
+from tfmatcomp.validation import check_choice, shape_text
 
 __all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
 
@@ -84,20 +84,15 @@ class HookedEncoder(HookedBase):
         self.setup()
 
     # ------------------------------------------------------------------ init
+    # :meth:`init_weights` as HuggingFace BERT does, the read-out as torch's nn.Linear
+    def init_divisor(self, name: str) -> float | None:
+        """None for the read-out (:meth:`init_own_weights`), else 1."""
+        return None if name.startswith("readout.") else 1.0
+
     @torch.no_grad()
-    def init_weights(self, generator: torch.Generator) -> None:
-        """Re-initialize every parameter from ``generator`` (CPU), as HuggingFace BERT does."""
-        std = self.cfg.init_range
-        for name, p in self.named_parameters():
-            if name.startswith("readout."):
-                continue
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf == "w":  # LayerNorm weight
-                p.fill_(1.0)
-            elif leaf.startswith("b"):  # biases, LayerNorm bias
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=generator) * std)
+    def init_own_weights(self, generator: torch.Generator) -> None:
+        """Zero the MASK row of the token embedding (without a learned MASK embedding) and draw
+        the read-out uniformly in ``±1/sqrt(d_model)``."""
         if self.embed.padding_idx is not None:
             self.embed.W_E[self.embed.padding_idx].zero_()
         bound = 1 / math.sqrt(self.cfg.d_model)
@@ -108,10 +103,8 @@ class HookedEncoder(HookedBase):
     def _check_token_types(self, token_type_ids: Any, tokens: Tensor) -> None:
         n_types = max(self.cfg.n_token_types, 1)  # no token types: only all-zero ids (HF's default)
         if not torch.is_tensor(token_type_ids) or token_type_ids.shape != tokens.shape:
-            shape = (tuple(token_type_ids.shape) if torch.is_tensor(token_type_ids)
-                     else type(token_type_ids).__name__)
             raise ValueError(f"token_type_ids: expected an integer tensor of shape "
-                             f"{tuple(tokens.shape)} (as tokens), got {shape}")
+                             f"{tuple(tokens.shape)} (as tokens), got {shape_text(token_type_ids)}")
         if token_type_ids.dtype.is_floating_point or token_type_ids.dtype == torch.bool:
             raise ValueError(f"token_type_ids: must be integers, got dtype {token_type_ids.dtype}")
         if token_type_ids.numel() and (token_type_ids.min() < 0 or token_type_ids.max() >= n_types):
@@ -158,13 +151,12 @@ class HookedEncoder(HookedBase):
             raise ValueError("values: give the matrices' values [batch, pos] (MatrixBatch.values) "
                              "with return_type='loss', and only then")
         if values is not None and (not torch.is_tensor(values) or values.shape != tokens.shape):
-            shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
-            raise ValueError(f"values: expected shape {tuple(tokens.shape)} (as tokens), got {shape}")
+            raise ValueError(f"values: expected shape {tuple(tokens.shape)} (as tokens), got "
+                             f"{shape_text(values)}")
         if attention_mask is not None:
             if not torch.is_tensor(attention_mask) or attention_mask.shape != tokens.shape:
-                shape = (tuple(attention_mask.shape) if torch.is_tensor(attention_mask)
-                         else type(attention_mask).__name__)
-                raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got {shape}")
+                raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got "
+                                 f"{shape_text(attention_mask)}")
             if attention_mask.dtype != torch.bool and bool(
                     ((attention_mask != 0) & (attention_mask != 1)).any()):
                 raise ValueError("attention_mask: must hold only 0 (padding) and 1 (token), or be "
@@ -212,13 +204,7 @@ class HookedEncoder(HookedBase):
              0.50 -0.25
                 ?  1.00
         """
-        matrices = torch.as_tensor(matrices)
-        if matrices.ndim not in (2, 3):
-            raise ValueError(f"matrices: expected [batch, n_rows, n_cols] or [n_rows, n_cols], got "
-                             f"shape {tuple(matrices.shape)}")
-        if matrices.ndim == 2:
-            matrices = matrices[None]
-            observed = None if observed is None else torch.as_tensor(observed)[None]
+        matrices, observed = self._with_batch_axis(matrices, observed)
         b, n_rows, n_cols = matrices.shape
         if n_rows * n_cols > self.cfg.n_ctx:
             raise ValueError(f"matrices: {n_rows}x{n_cols} needs {n_rows * n_cols} positions, the "

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from transformer_lens import ActivationCache, FactoredMatrix, HookedRootModule
 
 from tfmatcomp._interrupts import Undoable, undo_all
-from tfmatcomp.validation import check_bool, check_seed
+from tfmatcomp.validation import check_bool, check_seed, shape_text
 
 __all__ = ["HookedBase", "UnknownHookError"]
 
@@ -106,11 +106,55 @@ class HookedBase(HookedRootModule):
         #: ``load_pretrained`` and the trainer): analyses use it when given no task
         self.task_cfg = None
 
+    @staticmethod
+    def _with_batch_axis(matrices: Any, observed: Any) -> tuple[Tensor, Tensor | None]:
+        """``to_tokens``'s ``matrices`` (and ``observed``) as tensors with a batch axis:
+        ``[n_rows, n_cols]`` becomes ``[1, n_rows, n_cols]``; other shapes but
+        ``[batch, n_rows, n_cols]`` raise ``ValueError`` naming ``matrices``."""
+        matrices = torch.as_tensor(matrices)
+        if matrices.ndim not in (2, 3):
+            raise ValueError(f"matrices: expected [batch, n_rows, n_cols] or [n_rows, n_cols], got "
+                             f"shape {tuple(matrices.shape)}")
+        if matrices.ndim == 2:
+            matrices = matrices[None]
+            observed = None if observed is None else torch.as_tensor(observed)[None]
+        return matrices, observed
+
+    # ------------------------------------------------------------------ init
+    @torch.no_grad()
+    def init_weights(self, generator: torch.Generator) -> None:
+        """Re-initialize every parameter from ``generator`` (CPU), as HuggingFace does for BERT
+        and GPT-2: LayerNorm weights 1, biases 0, every other weight normal with standard
+        deviation ``cfg.init_range / init_divisor(name)``, in parameter order; the parameters
+        whose :meth:`init_divisor` is None are left to :meth:`init_own_weights`, called last."""
+        std = self.cfg.init_range
+        for name, p in self.named_parameters():
+            divisor = self.init_divisor(name)
+            if divisor is None:
+                continue
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf == "w":  # LayerNorm weight
+                p.fill_(1.0)
+            elif leaf.startswith("b"):  # biases, LayerNorm bias
+                p.zero_()
+            else:
+                p.copy_(torch.randn(p.shape, generator=generator) * std / divisor)
+        self.init_own_weights(generator)
+
+    def init_divisor(self, name: str) -> float | None:
+        """What divides ``cfg.init_range`` for parameter ``name`` in :meth:`init_weights` (1 here),
+        or None for a parameter the model initializes in :meth:`init_own_weights`."""
+        return 1.0
+
+    def init_own_weights(self, generator: torch.Generator) -> None:
+        """The model's own initialization after the shared one of :meth:`init_weights` (nothing
+        here)."""
+
     def check_tokens(self, tokens: Tensor, name: str = "tokens") -> None:
         """Raise ``ValueError`` naming ``name`` unless ``tokens`` is a valid ``[batch, pos]`` id tensor."""
         if not torch.is_tensor(tokens) or tokens.ndim != 2:
-            shape = tuple(tokens.shape) if torch.is_tensor(tokens) else type(tokens).__name__
-            raise ValueError(f"{name}: expected an integer tensor [batch, pos], got {shape}")
+            raise ValueError(f"{name}: expected an integer tensor [batch, pos], got "
+                             f"{shape_text(tokens)}")
         if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
             raise ValueError(f"{name}: token ids must be integers, got dtype {tokens.dtype}")
         if tokens.shape[1] > self.cfg.n_ctx:

@@ -27,7 +27,7 @@ import copy
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -37,14 +37,14 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.layout import GROUP_FILE, has_training_state, list_checkpoints, seed_dir
-from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig
+from tfmatcomp.config import Preset
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.training.loop import (
     Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
 )
 from tfmatcomp.models.objectives import OBJECTIVES
-from tfmatcomp.training.trainer import Trainer, TrainResult
+from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "parse_seeds",
            "write_group_file"]
@@ -119,42 +119,35 @@ class MultiSeedTrainer:
     """Train several seeds of one configuration at once (see the module docstring).
 
     Args:
-        preset, model_cfg, task_cfg, train_cfg, device, progress, train_overrides: as
-            :class:`~tfmatcomp.Trainer`; ``train_overrides`` may not set ``seed``.
+        preset: as :class:`~tfmatcomp.Trainer`.
         seeds: the seeds (a sequence, an int, or text such as ``"0-7"``).
-        out_dir: the group's directory; seed ``s`` writes its run to ``out_dir/seed-{s}``.
-            None keeps everything in memory. As for a single run, training from step 0 refuses a
-            directory that already holds runs, and the group directory and every seed's
-            directory are locked while the trainer writes.
-        overwrite: clear ``out_dir`` (every seed's directory with it) before training from step 0.
+        keywords: the fields of :class:`~tfmatcomp.training.trainer.RunSetup` and
+            :class:`~tfmatcomp.TrainConfig` fields, as :class:`~tfmatcomp.Trainer` takes them
+            (the TrainConfig fields may not include ``seed``), except that ``out_dir`` is the
+            group's directory: seed ``s`` writes its run to ``out_dir/seed-{s}``. None keeps
+            everything in memory. As for a single run, training from step 0 refuses a directory
+            that already holds runs, and the group directory and every seed's directory are
+            locked while the trainer writes; ``overwrite`` clears ``out_dir`` (every seed's
+            directory with it) before training from step 0.
     """
 
-    def __init__(
-        self,
-        preset: str | Preset = "tiny",
-        *,
-        seeds: str | int | Sequence[int],
-        model_cfg: EncoderConfig | None = None,
-        task_cfg: TaskConfig | None = None,
-        train_cfg: TrainConfig | None = None,
-        out_dir: str | os.PathLike | None = None,
-        device: torch.device | str | None = None,
-        progress: bool = True,
-        overwrite: bool = False,
-        **train_overrides: Any,
-    ):
-        if "seed" in train_overrides:
+    def __init__(self, preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int],
+                 **keywords: Any):
+        setup = RunSetup.from_keywords(preset, keywords)
+        if "seed" in setup.train_overrides:
             raise ValueError("seed: give the seeds with seeds=..., not seed=")
         self.seeds = parse_seeds(seeds)
+        out_dir = setup.out_dir
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.overwrite = bool(overwrite)
+        self.overwrite = bool(setup.overwrite)
         self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
         self._claimed = False
-        self.progress = progress
+        self.progress = setup.progress
+        model_cfg, task_cfg, train_cfg = setup.configs()
         self.trainers = [
-            Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
-                    out_dir=seed_dir(out_dir, s) if out_dir is not None else None, device=device,
-                    progress=False, **{**train_overrides, "seed": s})
+            Trainer(setup.preset, model_cfg=model_cfg, task_cfg=task_cfg,
+                    train_cfg=replace(train_cfg, seed=s), device=setup.device, progress=False,
+                    out_dir=seed_dir(out_dir, s) if out_dir is not None else None)
             for s in self.seeds]
         first = self.trainers[0]
         if first.objective is not OBJECTIVES["encoder"]:
@@ -425,25 +418,14 @@ def _resume_at(trainer: Trainer, step: int) -> None:
     trainer.restore(path)
 
 
-def train_many(
-    preset: str | Preset = "tiny",
-    *,
-    seeds: str | int | Sequence[int],
-    model_cfg: EncoderConfig | None = None,
-    task_cfg: TaskConfig | None = None,
-    train_cfg: TrainConfig | None = None,
-    out_dir: str | os.PathLike | None = None,
-    device: torch.device | str | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-    **train_overrides: Any,
-) -> MultiSeedResult:
+def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int],
+               resume: bool = False, **keywords: Any) -> MultiSeedResult:
     """Train one configuration for several seeds at once (see :class:`MultiSeedTrainer`).
 
     Seed ``s`` gets the run directory ``out_dir/seed-{s}``, an ordinary run: its checkpoints load
     with :func:`tfmatcomp.load_checkpoint` and it resumes with :func:`tfmatcomp.train` too.
-    ``resume`` and ``overwrite`` work as in :func:`tfmatcomp.train`, on the group as a whole.
+    ``keywords`` are those of :class:`MultiSeedTrainer`; ``resume`` and ``overwrite`` work as in
+    :func:`tfmatcomp.train`, on the group as a whole.
 
     Example:
         >>> import tfmatcomp as tm
@@ -452,8 +434,5 @@ def train_many(
         >>> [(s, r.step) for s, r in runs]
         [(0, 10), (1, 10), (2, 10)]
     """
-    check_resume_overwrite(resume, overwrite)
-    trainer = MultiSeedTrainer(preset, seeds=seeds, model_cfg=model_cfg, task_cfg=task_cfg,
-                               train_cfg=train_cfg, out_dir=out_dir, device=device,
-                               progress=progress, overwrite=overwrite, **train_overrides)
-    return resume_and_run(trainer, resume)
+    check_resume_overwrite(resume, RunSetup.from_keywords(preset, keywords).overwrite)
+    return resume_and_run(MultiSeedTrainer(preset, seeds=seeds, **keywords), resume)

@@ -38,7 +38,8 @@ import json
 import contextlib
 import os
 import warnings
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,7 +67,8 @@ from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.validation import check_device
 
-__all__ = ["Trainer", "TrainResult", "train", "read_metrics", "default_device", "model_class"]
+__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device",
+           "model_class"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
@@ -99,26 +101,83 @@ class TrainResult:
     step: int
 
 
+@dataclass(frozen=True)
+class RunSetup:
+    """The keywords every training entry point takes, stated once.
+
+    :class:`Trainer`, :func:`train`, :class:`~tfmatcomp.MultiSeedTrainer`,
+    :func:`~tfmatcomp.train_many`, their forms in :mod:`tfmatcomp.distributed` and ``tfmatcomp
+    train`` all take ``preset`` and then these fields as keywords; any other keyword is a
+    :class:`~tfmatcomp.TrainConfig` field (``n_steps=300, lr=1e-3, ...``) and lands in
+    ``train_overrides``. Each entry point adds only its own keywords (``resume``; ``model`` and
+    ``trainable`` for one run; ``seeds`` for a group).
+
+    Attributes:
+        preset: name or :class:`~tfmatcomp.Preset` supplying defaults for the three configs.
+        model_cfg, task_cfg, train_cfg: override the preset's configs.
+        out_dir: run directory for ``metrics.jsonl`` and ``checkpoints/``; None keeps everything
+            in memory (no checkpoints, no resume). Training from step 0 refuses a directory that
+            already holds a run (:class:`~tfmatcomp.runs.rundir.RunDirError`); resume continues
+            it. A trainer locks the directory while it writes.
+        device: training device (default: CUDA when present, else CPU).
+        progress: show a tqdm progress bar with the current losses.
+        overwrite: clear ``out_dir`` before training from step 0 (only a directory holding
+            nothing but run files is cleared).
+        train_overrides: :class:`~tfmatcomp.TrainConfig` fields replacing those of ``train_cfg``.
+
+    Example:
+        >>> setup = RunSetup.from_keywords("tiny", {"n_steps": 20, "progress": False})
+        >>> setup.progress, setup.train_overrides
+        (False, {'n_steps': 20})
+        >>> model_cfg, task_cfg, train_cfg = setup.configs()
+        >>> train_cfg.n_steps, task_cfg.n_rows
+        (20, 4)
+    """
+
+    preset: str | Preset = "tiny"
+    model_cfg: EncoderConfig | DecoderConfig | None = None
+    task_cfg: TaskConfig | None = None
+    train_cfg: TrainConfig | None = None
+    out_dir: str | os.PathLike | None = None
+    device: torch.device | str | None = None
+    progress: bool = True
+    overwrite: bool = False
+    train_overrides: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_keywords(cls, preset: str | Preset, keywords: Mapping[str, Any]) -> RunSetup:
+        """``preset`` and an entry point's keywords: this class's fields by name, every other
+        keyword a train override."""
+        own = {f.name for f in fields(cls)} - {"preset", "train_overrides"}
+        return cls(preset, **{k: v for k, v in keywords.items() if k in own},
+                   train_overrides={k: v for k, v in keywords.items() if k not in own})
+
+    def configs(self) -> tuple[EncoderConfig | DecoderConfig, TaskConfig, TrainConfig]:
+        """``(model_cfg, task_cfg, train_cfg)``: the preset's, where not given, with the train
+        overrides applied.
+
+        Raises:
+            TypeError: a train override is no :class:`~tfmatcomp.TrainConfig` field.
+        """
+        preset = get_preset(self.preset)
+        return (self.model_cfg or preset.model, self.task_cfg or preset.task,
+                replace(self.train_cfg or preset.train, **self.train_overrides))
+
+
 class Trainer:
     """Online trainer. Prefer :func:`train` unless you need to drive it step by step.
 
     Args:
         preset: name or :class:`Preset` supplying defaults for the three configs.
-        model_cfg, task_cfg, train_cfg: override the preset's configs.
-        out_dir: run directory for ``metrics.jsonl`` and ``checkpoints/``; None keeps everything in
-            memory (no checkpoints, no resume). Training from step 0 refuses a directory that
-            already holds a run (:class:`~tfmatcomp.runs.rundir.RunDirError`); call :meth:`resume`
-            to continue it. The trainer locks the directory while it writes (during
-            :meth:`run`, and from :meth:`resume` until the end of the next run or :meth:`close`).
-        overwrite: clear ``out_dir`` before training from step 0 (only a directory holding nothing
-            but run files is cleared).
-        device: training device (default: CUDA when present, else CPU).
         model: start from this model instead of a fresh one (its config must equal ``model_cfg``
             when both are given).
         trainable: predicate on parameter names; only matching parameters are optimized, the others
             are frozen (used by component-wise training). Default: all.
-        progress: show a tqdm progress bar with the current losses.
-        train_overrides: :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``).
+        keywords: the fields of :class:`RunSetup` (``model_cfg``, ``task_cfg``, ``train_cfg``,
+            ``out_dir``, ``device``, ``progress``, ``overwrite``) and
+            :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``). The trainer locks
+            ``out_dir`` during :meth:`run`, and from :meth:`resume` until the end of the next run
+            or :meth:`close`; call :meth:`resume` to continue a run there.
 
     On CUDA, and on a CPU with bf16 matrix units for models with ``d_model >= 256``, a run that
     allows it takes the fast step of :mod:`tfmatcomp.training.fast_step` (bf16 matmuls, fused Adam);
@@ -135,23 +194,14 @@ class Trainer:
         self,
         preset: str | Preset = "tiny",
         *,
-        model_cfg: EncoderConfig | DecoderConfig | None = None,
-        task_cfg: TaskConfig | None = None,
-        train_cfg: TrainConfig | None = None,
-        out_dir: str | os.PathLike | None = None,
-        device: torch.device | str | None = None,
         model: HookedEncoder | HookedDecoder | None = None,
         trainable: Callable[[str], bool] | None = None,
-        progress: bool = True,
-        overwrite: bool = False,
-        **train_overrides: Any,
+        **keywords: Any,
     ):
-        preset = get_preset(preset)
-        if model is not None and model_cfg is None:
-            model_cfg = model.cfg
-        self.model_cfg = model_cfg or preset.model
-        self.task_cfg = task_cfg or preset.task
-        self.train_cfg = replace(train_cfg or preset.train, **train_overrides)
+        setup = RunSetup.from_keywords(preset, keywords)
+        if model is not None and setup.model_cfg is None:
+            setup = replace(setup, model_cfg=model.cfg)
+        self.model_cfg, self.task_cfg, self.train_cfg = setup.configs()
         self.task = self.task_cfg.build()
         #: what the model kind decides: tokens, loss, logged metrics
         self.objective = objective_for(self.model_cfg)
@@ -160,13 +210,14 @@ class Trainer:
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
                              f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
+        device = setup.device
         self.device = check_device("device", device) if device is not None else default_device()
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.overwrite = bool(overwrite)
+        self.out_dir = Path(setup.out_dir) if setup.out_dir is not None else None
+        self.overwrite = bool(setup.overwrite)
         self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
         self._claimed = False
         self._fingerprint: tuple | None = None
-        self.progress = progress
+        self.progress = setup.progress
         self.trainable = trainable
         seed = self.train_cfg.seed
         if model is None:
@@ -543,24 +594,11 @@ class Trainer:
                            out_dir=self.out_dir, step=self.step)
 
 
-def train(
-    preset: str | Preset = "tiny",
-    *,
-    model_cfg: EncoderConfig | DecoderConfig | None = None,
-    task_cfg: TaskConfig | None = None,
-    train_cfg: TrainConfig | None = None,
-    out_dir: str | os.PathLike | None = None,
-    device: torch.device | str | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-    model: HookedEncoder | HookedDecoder | None = None,
-    trainable: Callable[[str], bool] | None = None,
-    **train_overrides: Any,
-) -> TrainResult:
+def train(preset: str | Preset = "tiny", *, resume: bool = False, **keywords: Any) -> TrainResult:
     """Train a :class:`HookedEncoder` (or, with a :class:`DecoderConfig` / the ``gpt-tiny``
-    preset, a :class:`HookedDecoder` on the GPT variant) on matrix completion (see
-    :class:`Trainer` for arguments).
+    preset, a :class:`HookedDecoder` on the GPT variant) on matrix completion (``keywords``: those
+    of :class:`Trainer`, i.e. :class:`RunSetup`'s fields, ``model``, ``trainable`` and
+    :class:`TrainConfig` fields).
 
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
     one with training state and reproduces the uninterrupted run exactly (same seed and thread
@@ -576,11 +614,8 @@ def train(
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
-    check_resume_overwrite(resume, overwrite)
-    trainer = Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
-                      out_dir=out_dir, device=device, model=model, trainable=trainable,
-                      progress=progress, overwrite=overwrite, **train_overrides)
-    return resume_and_run(trainer, resume)
+    check_resume_overwrite(resume, RunSetup.from_keywords(preset, keywords).overwrite)
+    return resume_and_run(Trainer(preset, **keywords), resume)
 
 
 def read_metrics(path: str | os.PathLike) -> pd.DataFrame:

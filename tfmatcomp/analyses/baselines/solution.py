@@ -21,7 +21,7 @@ from torch import Tensor
 
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.metrics import losses
-from tfmatcomp.validation import check_positive_int
+from tfmatcomp.validation import check_positive_int, shape_text
 
 __all__ = ["NuclearNormSolution", "nuclear_norm", "batch_losses", "check_problem"]
 
@@ -130,12 +130,11 @@ def check_problem(values: Tensor, observed: Tensor, n_rows: int, n_cols: int,
     check_positive_int("n_rows", n_rows)
     check_positive_int("n_cols", n_cols)
     if not torch.is_tensor(values) or values.ndim != 2 or values.shape[1] != n_rows * n_cols:
-        shape = tuple(values.shape) if torch.is_tensor(values) else type(values).__name__
         raise ValueError(f"values: expected shape [batch, {n_rows * n_cols}] for {n_rows}x{n_cols} "
-                         f"matrices, got {shape}")
+                         f"matrices, got {shape_text(values)}")
     if not torch.is_tensor(observed) or observed.dtype != torch.bool or observed.shape != values.shape:
-        shape = tuple(observed.shape) if torch.is_tensor(observed) else type(observed).__name__
-        raise ValueError(f"observed: expected a bool tensor of shape {tuple(values.shape)}, got {shape}")
+        raise ValueError(f"observed: expected a bool tensor of shape {tuple(values.shape)}, got "
+                         f"{shape_text(observed)}")
     if not torch.isfinite(values[observed]).all():
         raise ValueError("values: observed entries must be finite")
     if lam is not None and (isinstance(lam, bool) or not (
