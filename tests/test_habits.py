@@ -202,3 +202,67 @@ def test_first_touch_benchmark_runs():
                           "1"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "tfmatcomp / floor" in out.stdout
+
+
+# TransformerLens helper -> (our ActivationPatch hook, whether the table has a head axis)
+PATCH_HELPERS = {
+    "get_act_patch_resid_pre": ("hook_resid_pre", False),
+    "get_act_patch_attn_out": ("hook_attn_out", False),
+    "get_act_patch_mlp_out": ("hook_mlp_out", False),
+    "get_act_patch_attn_head_out_by_pos": ("attn.hook_z", True),
+}
+
+
+def _check_patching_helpers(model, tokens, corrupted, metric):
+    """Each TransformerLens patching helper, at a few (layer, position[, head]) cells, equals our
+    ActivationPatch of the same hook at the same cell."""
+    from transformer_lens import patching
+
+    from tfmatcomp.interventions import ActivationPatch
+
+    _, clean_cache = model.run_with_cache(tokens)
+    for name, (hook, by_head) in PATCH_HELPERS.items():
+        table = getattr(patching, name)(model, corrupted, clean_cache, metric)
+        cells = [(0, 1, 0), (model.cfg.n_layers - 1, tokens.shape[1] - 1, model.cfg.n_heads - 1)]
+        for layer, pos, head in cells:
+            patch = ActivationPatch(clean_cache, hooks=[hook], layers=[layer], positions=[pos],
+                                    heads=[head] if by_head else None)
+            with torch.no_grad(), patch.applied(model):
+                ours = metric(model(corrupted))
+            theirs = table[layer, pos, head] if by_head else table[layer, pos]
+            torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-6, msg=name)
+    for name in ("get_act_patch_attn_head_out_all_pos", "get_act_patch_attn_head_pattern_by_pos",
+                 "get_act_patch_attn_head_q_all_pos", "get_act_patch_attn_head_k_all_pos",
+                 "get_act_patch_attn_head_v_all_pos"):
+        assert torch.isfinite(getattr(patching, name)(model, corrupted, clean_cache, metric)).all()
+
+
+def test_transformer_lens_patching_helpers_agree_with_our_patch_on_both_models():
+    encoder = tm.load_pretrained("tiny", step="post")
+    batch = encoder.task_cfg.build().sample(4, generator=torch.Generator().manual_seed(0))
+    _check_patching_helpers(encoder, batch.tokens, batch.negated().tokens,
+                            lambda predictions: predictions[batch.masked].mean())
+    decoder = tm.HookedDecoder(tm.DecoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32,
+                                                n_ctx=12, d_vocab=50), seed=0).eval()
+    g = torch.Generator().manual_seed(1)
+    clean, corrupted = torch.randint(50, (3, 12), generator=g), torch.randint(50, (3, 12), generator=g)
+    _check_patching_helpers(decoder, clean, corrupted,
+                            lambda logits: logits[:, -1].log_softmax(-1)[:, 7].mean())
+
+
+def test_run_with_cache_incl_bwd_caches_the_gradients_of_the_decoders_next_token_loss():
+    decoder = tm.HookedDecoder(tm.DecoderConfig(n_layers=2, n_heads=2, d_model=16, d_mlp=32,
+                                                n_ctx=12, d_vocab=50), seed=0)
+    tokens = torch.randint(50, (3, 12), generator=torch.Generator().manual_seed(2))
+    loss, cache = decoder.run_with_cache(tokens, return_type="loss", incl_bwd=True)
+    torch.testing.assert_close(loss, decoder(tokens, return_type="loss"))
+    name, seen = "blocks.1.hook_resid_pre", {}
+
+    def keep(act, hook):
+        act.retain_grad()
+        seen["act"] = act
+
+    decoder.zero_grad()
+    with decoder.unfused():
+        decoder.run_with_hooks(tokens, fwd_hooks=[(name, keep)], return_type="loss").backward()
+    torch.testing.assert_close(cache[name + "_grad"], seen["act"].grad, rtol=1e-4, atol=1e-7)
