@@ -385,7 +385,7 @@ def test_summary_table_sources_agree(planted_data):
     for a, b in zip(h.split(100), h.flip(-1).split(100)):
         acc.update([a, b])
     df2 = summary_table(acc, labels)
-    num = [c for c in SUMMARY_COLUMNS if c not in ("name",)]
+    num = [c for c in SUMMARY_COLUMNS if c not in ("name", "rank_note")]
     pd.testing.assert_frame_equal(df[num], df2[num], rtol=1e-8)
     # the planted pos is smooth: the flipped feature axis changes nothing rotation-invariant
     assert df.loc[1, "rank_estimate"] == 5
@@ -404,3 +404,19 @@ def test_summary_table_small_T_clips_k(tiny_model, task4):
 def tm_summary(model, task, g):
     from tfmatcomp.geometry import model_summary_table
     return model_summary_table(model, [task.sample(32, generator=g) for _ in range(2)], progress=False)
+
+
+def test_a_rank_of_zero_says_why():
+    from tfmatcomp.geometry import layer_summary
+
+    g = torch.Generator().manual_seed(0)
+    noise = decompose(torch.randn(64, 48, 48, generator=g, dtype=torch.float64))
+    row = layer_summary(noise)
+    assert row["rank_estimate"] == 0 and "no low-rank positional structure" in row["rank_note"]
+    t = torch.arange(48, dtype=torch.float64)[:, None]
+    waves = torch.cat([torch.sin(t / 5), torch.cos(t / 7)], 1) @ torch.randn(2, 48, generator=g,
+                                                                               dtype=torch.float64)
+    structured = decompose(waves[None] * 3 + 0.01 * torch.randn(64, 48, 48, generator=g,
+                                                                dtype=torch.float64))
+    row = layer_summary(structured)
+    assert row["rank_estimate"] >= 1 and row["rank_note"] == ""

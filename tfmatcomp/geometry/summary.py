@@ -27,7 +27,7 @@ __all__ = ["layer_summary", "summary_table", "model_summary_table", "SUMMARY_COL
 SUMMARY_COLUMNS = (
     "layer", "name", "rank_estimate", "screenot_threshold", "screenot_k", "stable_rank",
     "relative_norm", "inter_similarity", "intra_similarity", "incoherence_max", "incoherence_mean",
-    "n_contexts", "n_positions",
+    "n_contexts", "n_positions", "rank_note",
 )
 
 
@@ -48,7 +48,10 @@ def layer_summary(
       clusters given by ``labels`` (NaN without labels);
     * ``incoherence_max``, ``incoherence_mean``: ``|cos(pos_t, ctx_c)|``.
 
-    Measurements that need something missing (no ``ctx``, no Gram) are NaN.
+    Measurements that need something missing (no ``ctx``, no Gram) are NaN. ``rank_note`` says
+    why a rank estimate is 0 or NaN (empty otherwise): 0 means no singular value of ``pos`` stands
+    above ScreeNOT's noise bulk (no low-rank positional structure at that layer, e.g. random
+    positional embeddings), not a failed measurement.
     """
     nan = float("nan")
     pos = decomposition.pos
@@ -58,9 +61,13 @@ def layer_summary(
     k_used = min(k, max_screenot_k(min(T, d), strategy))
     if k_used >= 1:
         sn = screenot(pos, k=k_used, strategy=strategy)
-        row.update(rank_estimate=sn.rank, screenot_threshold=sn.threshold, screenot_k=k_used)
+        row.update(rank_estimate=sn.rank, screenot_threshold=sn.threshold, screenot_k=k_used,
+                   rank_note="" if sn.rank else (
+                       f"no singular value of pos above ScreeNOT's threshold {sn.threshold:.3g} "
+                       f"(k={k_used}): no low-rank positional structure here"))
     else:
-        row.update(rank_estimate=nan, screenot_threshold=nan, screenot_k=0)
+        row.update(rank_estimate=nan, screenot_threshold=nan, screenot_k=0,
+                   rank_note=f"{min(T, d)} singular values are too few for ScreeNOT")
     row["stable_rank"] = stable_rank(pos)
     row["relative_norm"] = (relative_norm(pos, gram=decomposition.centered_gram,
                                           n_rows=decomposition.n_tokens)
