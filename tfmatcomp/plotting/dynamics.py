@@ -6,7 +6,9 @@
 * :func:`component_training_figure`: one curve per trained component group (the NeurIPS paper Fig. 8),
   from :func:`tfmatcomp.analyses.dynamics.component_training`, with each group's drop step marked;
 * :func:`seed_curves_figure`: every seed's ``L_mask`` of a multi-seed run, onsets marked;
-* :func:`drop_steps_figure`: the distribution of drop onsets over seeds.
+* :func:`drop_steps_figure`: the distribution of drop onsets over seeds;
+* :func:`measures_figure`: measures of :func:`tfmatcomp.analyses.dynamics.over_checkpoints` over
+  the steps, one panel each, under ``L_mask`` with the detector's drop band.
 
 Example:
     >>> import numpy as np, pandas as pd
@@ -24,11 +26,12 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from tfmatcomp.analyses.dynamics import DropResult, detect_drop
 
 __all__ = ["loss_curve_figure", "component_training_figure", "seed_curves_figure",
-           "drop_steps_figure"]
+           "drop_steps_figure", "measures_figure"]
 
 _LOSS_COLORS = {"L": "#4C4C4C", "L_obs": "#5778A4", "L_mask": "#D1615D"}
 _PALETTE = ["#5778A4", "#E49444", "#D1615D", "#85B6B2", "#6A9F58", "#E7CA60", "#A87C9F", "#967662"]
@@ -209,4 +212,75 @@ def drop_steps_figure(drops: Mapping[int, DropResult], *, title: str | None = No
     fig.update_layout(title=title or f"Drop onsets: {len(dropped)} of {len(drops)} seeds dropped"
                       + (f" ({missing} still on the plateau)" if missing else ""),
                       template="plotly_white", height=280)
+    return fig
+
+
+def measures_figure(
+    table: pd.DataFrame,
+    metrics: pd.DataFrame | None = None,
+    *,
+    measures: Sequence[str] | None = None,
+    column: str = "eval_L_mask",
+    drop: DropResult | bool | None = True,
+    title: str | None = None,
+) -> go.Figure:
+    """Measures over training: ``L_mask`` on top (log scale), then one panel per measure, every
+    panel with the drop band of :func:`~tfmatcomp.analyses.dynamics.detect_drop` shaded.
+
+    Args:
+        table: :func:`~tfmatcomp.analyses.dynamics.over_checkpoints` output (``seed``, ``step``,
+            ``measure``, ``value``); one line per seed in each panel.
+        metrics: the run's metrics log (``step`` and ``column``), e.g. ``read_metrics(run_dir)``:
+            the top panel's ``L_mask`` curve and the drop detected on it. None: the top panel is
+            the table's ``L_mask`` measure, if it has one, and no drop is detected.
+        measures: which measures to draw (default: all of the table's but ``L_mask``).
+        drop: True detects the drop on ``metrics[column]``; a DropResult is drawn as given;
+            False / None draws no band.
+
+    Example:
+        >>> import pandas as pd
+        >>> t = pd.DataFrame({"seed": 0, "step": [1, 2, 1, 2], "measure": ["L_mask", "L_mask", "a", "a"],
+        ...                   "value": [0.1, 0.01, 0.2, 0.8]})
+        >>> [tr.name for tr in measures_figure(t).data]
+        ['L_mask (seed 0)', 'a (seed 0)']
+    """
+    _check_metrics(table, ["seed", "step", "measure", "value"])
+    names = list(measures) if measures is not None else [
+        m for m in dict.fromkeys(table["measure"]) if m != "L_mask"]
+    unknown = [m for m in names if m not in set(table["measure"])]
+    if unknown:
+        raise ValueError(f"measures: {unknown} are not in the table; it has "
+                         f"{sorted(set(table['measure']))}")
+    fig = make_subplots(rows=len(names) + 1, cols=1, shared_xaxes=True, vertical_spacing=0.03,
+                        subplot_titles=[column if metrics is not None else "L_mask", *names])
+    if metrics is not None:
+        _check_metrics(metrics, ["step", column])
+        log = metrics.sort_values("step")
+        fig.add_trace(go.Scatter(x=log["step"], y=log[column], mode="lines", name=column,
+                                 line=dict(color=_LOSS_COLORS["L_mask"], width=1.5)), row=1, col=1)
+        if drop is True:
+            drop = detect_drop(log, column=column) if len(log) >= 8 else None
+    elif drop is True:
+        drop = None
+    seeds = sorted(set(table["seed"]))
+    for panel, name in enumerate(["L_mask", *names] if metrics is None else names,
+                                 start=1 if metrics is None else 2):
+        part = table[table["measure"] == name]
+        for i, seed in enumerate(seeds):
+            rows = part[part["seed"] == seed].sort_values("step")
+            if len(rows):
+                fig.add_trace(go.Scatter(x=rows["step"], y=rows["value"], mode="lines+markers",
+                                         name=f"{name} (seed {seed})", legendgroup=str(seed),
+                                         line=dict(color=_PALETTE[i % len(_PALETTE)], width=1.5)),
+                              row=panel, col=1)
+    if isinstance(drop, DropResult) and drop.has_drop:
+        for panel in range(1, len(names) + 2):
+            fig.add_vrect(x0=drop.drop_start, x1=drop.drop_end, fillcolor="black", opacity=0.08,
+                          line_width=0, row=panel, col=1)
+    fig.update_yaxes(type="log", exponentformat="power", row=1, col=1)
+    fig.update_xaxes(title_text="step", row=len(names) + 1, col=1)
+    band = (f" | drop band {drop.drop_start:,.0f}-{drop.drop_end:,.0f}"
+            if isinstance(drop, DropResult) and drop.has_drop else "")
+    fig.update_layout(title=(title or "Measures over training") + band, template="plotly_white",
+                      height=220 * (len(names) + 1), showlegend=len(seeds) > 1)
     return fig
