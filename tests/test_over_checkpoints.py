@@ -128,6 +128,10 @@ def test_row_column_mass_on_a_hand_made_pattern():
     a[1, 0, 4] = torch.tensor([0.0, 0.0, 0.0, 0.5, 0.0, 0.5])   # keys 3, 5: its row
     got = row_column_mass(a, observed, 2, 3)
     assert got.tolist() == pytest.approx([(0.6 + 0.5 + 0.0 + 1.0) / 4])
+    assert row_column_mass(a, observed, 2, 3, "row").tolist() == pytest.approx([(0.3 + 1.0) / 4])
+    assert row_column_mass(a, observed, 2, 3, "column").tolist() == pytest.approx([(0.3 + 0.5) / 4])
+    with pytest.raises(ValueError, match="part"):
+        row_column_mass(a, observed, 2, 3, "diagonal")
     assert torch.isnan(row_column_mass(a, torch.ones(2, 6, dtype=torch.bool), 2, 3)).all()
 
 
@@ -141,7 +145,7 @@ def test_row_column_attention_mass_against_a_direct_computation():
     batch = sample_batch("tiny", 12, seed=1)
     got = row_column_attention_mass(model, batch, batch_size=5)
     n = batch.n_cols
-    per_head = []
+    per_head, per_part = [], {"row": [], "column": []}
     for l in range(model.cfg.n_layers):
         a = _cache(model, batch, [f"blocks.{l}.attn.hook_pattern"])[f"blocks.{l}.attn.hook_pattern"]
         heads = []
@@ -155,9 +159,18 @@ def test_row_column_attention_mass_against_a_direct_computation():
                     total += sum(float(a[b, h, q, k]) for k in range(batch.tokens.shape[1])
                                  if batch.observed[b, k] and (k // n == q // n or k % n == q % n))
             heads.append(total / count)
+            for part, same in (("row", lambda k, q: k // n == q // n),
+                               ("column", lambda k, q: k % n == q % n)):
+                per_part[part].append(sum(
+                    float(a[b, h, q, k]) for b in range(batch.batch_size)
+                    for q in range(batch.tokens.shape[1]) if not batch.observed[b, q]
+                    for k in range(batch.tokens.shape[1]) if batch.observed[b, k] and same(k, q)
+                ) / count)
         per_head.append(heads)
         assert got[f"layer{l}"] == pytest.approx(sum(heads) / len(heads), abs=1e-6)
     assert got["max_head"] == pytest.approx(max(max(h) for h in per_head), abs=1e-6)
+    for part, values in per_part.items():
+        assert got[f"{part}.max_head"] == pytest.approx(max(values), abs=1e-6)
 
 
 def test_representation_collapse_against_a_direct_computation():

@@ -14,7 +14,9 @@ measure                             definition
                                     the attention mass from a masked query onto the *observed*
                                     keys in its own row or its own column, averaged over heads
                                     and pooled over all (matrix, masked query) pairs;
-                                    ``max_head``: the largest single head's value
+                                    ``max_head``: the largest single head's value;
+                                    ``row.max_head`` / ``column.max_head``: the same for the
+                                    row's (column's) observed keys only
 :func:`representation_collapse`     per hidden state ``h^(l)``, ``l = 0..L``: the mean cosine
                                     similarity of ``h^(l)`` at two different masked positions of
                                     the same matrix, pooled over all such pairs of the batch
@@ -40,7 +42,7 @@ Example:
     >>> model = tm.load_pretrained("tiny", step=10000)
     >>> batch = sample_batch("tiny", 32, seed=0)
     >>> sorted(row_column_attention_mass(model, batch))
-    ['layer0', 'layer1', 'max_head']
+    ['column.max_head', 'layer0', 'layer1', 'max_head', 'row.max_head']
     >>> sorted(representation_collapse(model, batch)), sorted(copying(model, batch))
     (['layer0', 'layer1', 'layer2'], ['L_mask_prime', 'L_obs'])
 """
@@ -48,6 +50,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 import torch
 from jaxtyping import Bool, Float
@@ -88,12 +91,14 @@ def row_column_mass(
     observed: Bool[Tensor, "batch pos"],
     n_rows: int,
     n_cols: int,
+    part: Literal["row_or_column", "row", "column"] = "row_or_column",
 ) -> Float[Tensor, "head"]:
     """Per head: the attention mass a masked query puts on the observed keys of its own row or
     column, pooled over all (matrix, masked query) pairs (NaN when nothing is masked).
 
     A key ``k`` counts for query ``q`` when ``k`` is observed and ``row(k) = row(q)`` or
-    ``col(k) = col(q)`` (a masked ``q`` never counts itself), rows and columns as in
+    ``col(k) = col(q)`` (``part="row"``: the row only; ``"column"``: the column only; a masked
+    ``q`` never counts itself), rows and columns as in
     :func:`tfmatcomp.task.masks.positions_to_rows_cols`.
 
     Example:
@@ -103,8 +108,11 @@ def row_column_mass(
         >>> row_column_mass(a, obs, 2, 2).tolist()
         [0.75]
     """
+    if part not in ("row_or_column", "row", "column"):
+        raise ValueError(f"part: expected 'row_or_column', 'row' or 'column', got {part!r}")
     rows, cols = positions_to_rows_cols(n_rows, n_cols, device=pattern.device)
-    same = (rows[:, None] == rows[None, :]) | (cols[:, None] == cols[None, :])      # [Q, K]
+    same_row, same_col = rows[:, None] == rows[None, :], cols[:, None] == cols[None, :]
+    same = {"row": same_row, "column": same_col, "row_or_column": same_row | same_col}[part]
     keys = same[None] & observed[:, None, :]                                          # [B, Q, K]
     mass = (pattern.double() * keys[:, None].double()).sum(-1)                        # [B, H, Q]
     queries = (~observed).double()                                                    # [B, Q]
@@ -152,8 +160,9 @@ def L_mask(model: HookedEncoder, batch: MatrixBatch, *, batch_size: int = 256) -
 
 def row_column_attention_mass(model: HookedEncoder, batch: MatrixBatch, *,
                               batch_size: int = 256) -> dict[str, float]:
-    """``{"layer{l}": mass averaged over the heads of block l, "max_head": largest head's mass}``,
-    each mass :func:`row_column_mass` of the head's ``hook_pattern`` on ``batch``.
+    """``{"layer{l}": mass averaged over the heads of block l, "max_head": largest head's mass,
+    "row.max_head", "column.max_head": the largest head's mass on its row's (column's) observed
+    keys only}``, each mass :func:`row_column_mass` of the head's ``hook_pattern`` on ``batch``.
 
     Example:
         >>> import tfmatcomp as tm
@@ -171,6 +180,10 @@ def row_column_attention_mass(model: HookedEncoder, batch: MatrixBatch, *,
     heads = [row_column_mass(cache[name], obs, batch.n_rows, batch.n_cols) for name in names]
     out = {f"layer{l}": float(h.mean()) for l, h in enumerate(heads)}
     out["max_head"] = float(torch.stack(heads).max())
+    for part in ("row", "column"):
+        out[f"{part}.max_head"] = float(torch.stack(
+            [row_column_mass(cache[name], obs, batch.n_rows, batch.n_cols, part) for name in names]
+        ).max())
     return out
 
 
