@@ -19,7 +19,7 @@ from tfmatcomp.analyses.dynamics.progress import (
 )
 from tfmatcomp.datapath import loss_values, predict, sample_batch
 from tfmatcomp.decomposition import decompose
-from tfmatcomp.experiments import copying_check
+from tfmatcomp.experiments import attention_targets, copying_check
 from tfmatcomp.geometry import screenot
 from tfmatcomp.interventions import UniformAttentionAblation
 
@@ -97,6 +97,8 @@ def test_an_experiment_draws_the_same_matrices_and_its_table_becomes_rows():
     assert "cc.L_mask_prime[inputs=rank-1,mask=MASK]" in measures
     assert "cc.L_obs[inputs=random,mask=0.44]" in measures
     assert not any("paper_" in m for m in measures)
+    targets = over_checkpoints("tiny", {"t": attention_targets}, n_samples=8, steps=[10000])
+    assert "t.same_row[layer=1,head=0]" in set(targets["measure"])
     wide = df.pivot(index="step", columns="measure", values="value")
     assert wide["cc.L_mask_prime[inputs=rank-1,mask=MASK]"].tolist() == pytest.approx(
         wide["copying.L_mask_prime"].tolist())

@@ -6,7 +6,8 @@ A *measure* is one of:
 * a function returning a dict ``{key: float}``: one row per key, named ``name.key`` (the progress
   measures of :mod:`.progress` return per-layer dicts);
 * a function returning a table (a pandas DataFrame), or an **experiment**: a function whose first
-  parameter is named ``models`` (every function of :mod:`tfmatcomp.experiments`), which is called
+  parameter is named ``models``, or whose first two are ``model, task`` (the functions of
+  :mod:`tfmatcomp.experiments` that take one model or a mapping of them), which is called
   as ``f(model, task, n_samples=n_samples, seed=seed, batch_size=batch_size)``, so it draws the
   same matrices as the fixed batch (its own extra inputs, e.g. the copying check's random
   matrices, from its own seeds, also the same at every checkpoint). A table becomes one row per
@@ -114,7 +115,7 @@ def _is_experiment(f: Callable[..., Any]) -> bool:
         params = list(inspect.signature(f).parameters)
     except (TypeError, ValueError):
         return False
-    return bool(params) and params[0] == "models"
+    return params[:1] == ["models"] or params[:2] == ["model", "task"]
 
 
 def _number(name: str, value: Any) -> float:
@@ -132,7 +133,7 @@ def _table_rows(name: str, table: pd.DataFrame) -> list[tuple[str, float]]:
     keys = [c for c in table.columns if c not in values and c not in ("model", "intervention")
             and not str(c).startswith("paper_")]
     out = []
-    for _, row in table.iterrows():
+    for row in table.to_dict("records"):   # per-column types (iterrows would make ints floats)
         label = ",".join(f"{k}={row[k]}" for k in keys)
         suffix = f"[{label}]" if len(table) > 1 and label else ""
         out.extend((f"{name}.{c}{suffix}", float(row[c])) for c in values)
