@@ -144,7 +144,7 @@ def summary_table(
         >>> import torch
         >>> h = torch.randn(3, 20, 24, 30, generator=torch.Generator().manual_seed(0))
         >>> summary_table(h).shape
-        (3, 13)
+        (3, 14)
     """
     decs = _decompositions(source, mask, drop_first)
     rows = []
