@@ -192,3 +192,26 @@ def test_the_bundled_checkpoints_are_sealed():
     for config_file in sorted((run_dir("tiny") / "checkpoints").glob("*/config.json")):
         config = json.loads(config_file.read_text())
         assert config["config_sha256"] == config_digest(config), config_file
+
+
+def test_seal_checkpoint_migrates_a_run_written_before_format_2(tmp_path):
+    from tfmatcomp.runs.checkpoint import seal_checkpoint
+
+    run = tmp_path / "run"
+    tm.train("tiny", n_steps=4, checkpoint_every=2, checkpoint_steps=(), out_dir=run,
+             progress=False)
+    paths = sorted(tm.list_checkpoints(run).values())
+    for path in paths:  # as format version 1 wrote them
+        _edit_config(path, lambda c: (c.pop("config_sha256"), c.update(format_version=1)), seal=False)
+    with pytest.raises(tm.CheckpointError, match="seal it once"):
+        tm.load_checkpoint(paths[0])
+    assert seal_checkpoint(run) == paths and seal_checkpoint(run) == []  # once only
+    assert json.loads((paths[0] / CONFIG_FILE).read_text())["format_version"] == 2
+    tm.train("tiny", n_steps=6, checkpoint_every=2, checkpoint_steps=(), out_dir=run,
+             progress=False, resume=True)  # resumes from the sealed checkpoint
+    with open(paths[0] / WEIGHTS_FILE, "r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\x00\x00\x80\x7f")
+    _edit_config(paths[0], lambda c: (c.pop("config_sha256")), seal=False)
+    with pytest.raises(tm.CheckpointError, match="differs from the SHA-256"):
+        seal_checkpoint(paths[0])  # a changed file is never sealed

@@ -49,6 +49,7 @@ from tfmatcomp.runs.checkpoint_files import (
     SAFETENSORS_DTYPES, CheckpointError, checkpoint_dtype, config_digest, load_tensors, plain_file,
     read_json, seal_config, sha256_file, shard_limit, tensor_specs, weight_files, write_weights,
 )
+from tfmatcomp.runs.rundir import write_atomic
 from tfmatcomp.runs.layout import (
     CHECKPOINTS_DIR, CONFIG_FILE, INDEX_FILE, SHARD_NAME, STATE_FILE, STATE_TENSORS_FILE,
     WEIGHTS_FILE, checkpoint_dir_name, has_training_state, latest_checkpoint, list_checkpoints,
@@ -62,7 +63,7 @@ from tfmatcomp.validation import check_bool, check_device
 __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
     "load_checkpoint", "load_checkpoint_info", "list_checkpoints", "latest_checkpoint",
-    "checkpoint_dir_name", "checkpoint_dtype", "load_training_state",
+    "checkpoint_dir_name", "checkpoint_dtype", "load_training_state", "seal_checkpoint",
 ]
 
 FORMAT = "tfmatcomp-checkpoint"
@@ -240,7 +241,9 @@ def _read_config(path: Path, verify: bool = True) -> dict[str, Any]:
     if verify:
         if "config_sha256" not in config:
             raise CheckpointError(f"path: {path / CONFIG_FILE} carries no digest of itself "
-                                  "(config_sha256), so it is unverified; refused (load it with "
+                                  "(config_sha256), so it is unverified; refused (a checkpoint "
+                                  "written before format version 2: seal it once with "
+                                  "tfmatcomp.runs.checkpoint.seal_checkpoint, or load it with "
                                   "verify=False to accept it as it is)")
         if config["config_sha256"] != config_digest(config):
             raise CheckpointError(f"path: {path / CONFIG_FILE} was changed after it was written "
@@ -444,3 +447,44 @@ def load_training_state(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor
     _check_listed(path, config, [STATE_FILE, STATE_TENSORS_FILE])
     state = read_json(path, STATE_FILE)
     return load_tensors(path / STATE_TENSORS_FILE), state
+
+
+def seal_checkpoint(path: str | os.PathLike) -> list[Path]:
+    """Give checkpoints written before format version 2 the digest of their ``config.json``: an
+    explicit, once-only step for your own old checkpoints (loading refuses a config without one).
+
+    ``path`` is a checkpoint or a run directory (every checkpoint in it is sealed). Each file the
+    config lists must still match its recorded SHA-256 (checked first); then ``config.json`` is
+    rewritten atomically with ``config_sha256`` and ``format_version`` 2. A checkpoint that is
+    already sealed is left as it is. Returns the checkpoints it sealed.
+
+    Example:
+        >>> import tempfile, json, tfmatcomp as tm
+        >>> from tfmatcomp.runs.layout import CONFIG_FILE
+        >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
+        >>> path = tm.save_checkpoint(model, tempfile.mkdtemp() + "/old")
+        >>> config = json.loads((path / CONFIG_FILE).read_text())
+        >>> del config["config_sha256"]; _ = (path / CONFIG_FILE).write_text(json.dumps(config))
+        >>> [p.name for p in seal_checkpoint(path)], tm.load_checkpoint(path).cfg == model.cfg
+        (['old'], True)
+    """
+    path = Path(path)
+    if (path / CONFIG_FILE).exists():
+        targets = [path]
+    elif (path / CHECKPOINTS_DIR).is_dir():
+        targets = list(list_checkpoints(path).values())
+    else:
+        raise CheckpointError(f"path: {path} is neither a checkpoint nor a run directory")
+    sealed = []
+    for target in targets:
+        config = _read_config(target, verify=False)
+        for name, digest in config.get("files", {}).items():
+            if sha256_file(plain_file(target, name)) != str(digest).lower():
+                raise CheckpointError(f"path: {target / name} differs from the SHA-256 its "
+                                      "config.json records; not sealed")
+        if config.get("config_sha256") == config_digest(config):
+            continue
+        config["format_version"] = FORMAT_VERSION
+        write_atomic(target / CONFIG_FILE, json.dumps(seal_config(config), indent=2, sort_keys=True))
+        sealed.append(target)
+    return sealed
