@@ -266,3 +266,13 @@ def test_run_with_cache_incl_bwd_caches_the_gradients_of_the_decoders_next_token
     with decoder.unfused():
         decoder.run_with_hooks(tokens, fwd_hooks=[(name, keep)], return_type="loss").backward()
     torch.testing.assert_close(cache[name + "_grad"], seen["act"].grad, rtol=1e-4, atol=1e-7)
+
+
+def test_loss_values_is_a_table_of_floats_at_the_top_level():
+    model = tm.load_pretrained("tiny", step="post")
+    batch = model.task_cfg.build().sample(8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        predictions = model(batch.tokens)
+    values = tm.loss_values(predictions, batch)
+    assert all(type(v) is float for v in values.values()) and set(values) == {"L", "L_obs", "L_mask"}
+    assert values["L_mask"] == tm.losses(predictions, batch)["L_mask"].item()

@@ -46,6 +46,10 @@ class MatrixBatch:
         observed: True where the entry is shown to the model. ``[batch, n_rows * n_cols]``.
         n_rows, n_cols: the matrix shape.
         tokenizer: the tokenizer that made ``tokens``.
+
+    Properties are views of the batch's own tensors (``masked``, ``matrices``, ``device``,
+    ``batch_size``); methods build something new (``to``, ``negated`` for the ``-X`` batch,
+    ``with_mask_value``).
     """
 
     tokens: Int[Tensor, "batch pos"]

@@ -56,7 +56,7 @@ def losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch) -> dict[
     masked entries (0 means the model copies MASK as 0).
 
     The values are tensors that keep the predictions' graph, so ``losses(model(t), b)["L_mask"]
-    .backward()`` gives gradients for attribution; :func:`tfmatcomp.datapath.loss_values` returns
+    .backward()`` gives gradients for attribution; :func:`tfmatcomp.loss_values` returns
     the same numbers as plain floats for tables."""
     return {
         "L": mse(predictions, batch.values),
