@@ -158,6 +158,17 @@ def L_mask(model: HookedEncoder, batch: MatrixBatch, *, batch_size: int = 256) -
     return loss_values(preds, batch)["L_mask"]
 
 
+def _cache(model: HookedEncoder, batch: MatrixBatch, names: list[str],
+           batch_size: int) -> tuple[dict[str, Tensor], Tensor]:
+    """The activations ``names`` of ``model`` on ``batch`` (through the data path) and the
+    batch's observed mask on the model's device, after checking both arguments."""
+    _check_encoder(model)
+    _check_batch(batch)
+    _, cache = run_chunked(model, batch, batch_size=batch_size, names=names,
+                           return_predictions=False)
+    return cache, batch.observed.to(model.device)
+
+
 def row_column_attention_mass(model: HookedEncoder, batch: MatrixBatch, *,
                               batch_size: int = 256) -> dict[str, float]:
     """``{"layer{l}": mass averaged over the heads of block l, "max_head": largest head's mass,
@@ -171,12 +182,8 @@ def row_column_attention_mass(model: HookedEncoder, batch: MatrixBatch, *,
         >>> all(0 <= v <= 1 for v in m.values())
         True
     """
-    _check_encoder(model)
-    _check_batch(batch)
     names = pattern_hook_names(model)
-    _, cache = run_chunked(model, batch, batch_size=batch_size, names=names,
-                           return_predictions=False)
-    obs = batch.observed.to(model.device)
+    cache, obs = _cache(model, batch, names, batch_size)
     heads = [row_column_mass(cache[name], obs, batch.n_rows, batch.n_cols) for name in names]
     out = {f"layer{l}": float(h.mean()) for l, h in enumerate(heads)}
     out["max_head"] = float(torch.stack(heads).max())
@@ -199,12 +206,8 @@ def representation_collapse(model: HookedEncoder, batch: MatrixBatch, *,
         >>> all(-1 <= v <= 1 for v in c.values())
         True
     """
-    _check_encoder(model)
-    _check_batch(batch)
     names = residual_stream_names(model)
-    _, cache = run_chunked(model, batch, batch_size=batch_size, names=names,
-                           return_predictions=False)
-    obs = batch.observed.to(model.device)
+    cache, obs = _cache(model, batch, names, batch_size)
     return {f"layer{l}": masked_pair_cosine(cache[name], obs) for l, name in enumerate(names)}
 
 
