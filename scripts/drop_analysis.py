@@ -20,7 +20,7 @@ import torch
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info, save_checkpoint
 from tfmatcomp.experiments import (activation_patching, attention_ablation, attention_change,
                                    weight_transplant)
-from tfmatcomp.training.trainer import model_class
+from tfmatcomp.models.objectives import objective_for
 
 COLS = ["L", "L_obs", "L_mask"]
 
@@ -42,7 +42,7 @@ def main() -> None:
     ckpts = list_checkpoints(args.run)
     if 0 not in ckpts:  # the initial model: what the trainer built from the config and seed
         _, info = load_checkpoint_info(next(iter(ckpts.values())), device="cpu")
-        init = model_class(info.model_cfg)(info.model_cfg, seed=info.train_cfg.seed)
+        init = objective_for(info.model_cfg).model_class(info.model_cfg, seed=info.train_cfg.seed)
         ckpts[0] = save_checkpoint(init, Path(tempfile.mkdtemp()) / "step_0000000",
                                    task_cfg=info.task_cfg, train_cfg=info.train_cfg, step=0)
     pre, post = str(ckpts[args.before]), str(ckpts[args.after])

@@ -3,7 +3,7 @@
 The :class:`Trainer` holds one run (model, optimizer, generators, run directory) and trains it
 through the one loop of :mod:`tfmatcomp.training.loop`, plugging in the float32 step or the fast
 one (:mod:`tfmatcomp.training.steps`). The model kind follows the model config through its
-objective (:mod:`tfmatcomp.models.objectives`, :func:`model_class`): an
+objective (:func:`tfmatcomp.models.objectives.objective_for`): an
 :class:`~tfmatcomp.EncoderConfig` trains a :class:`~tfmatcomp.HookedEncoder` on the masked-entry MSE;
 a :class:`~tfmatcomp.DecoderConfig` trains a :class:`~tfmatcomp.HookedDecoder` on the GPT variant
 (:mod:`tfmatcomp.task.gpt`: next-token cross-entropy on the value tokens). Both log ``L``,
@@ -67,8 +67,7 @@ from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.validation import check_device
 
-__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device",
-           "model_class"]
+__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
@@ -77,18 +76,6 @@ _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
 def default_device() -> torch.device:
     """CUDA when available, else CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def model_class(cfg: EncoderConfig | DecoderConfig) -> type:
-    """The model class a config builds: its objective's
-    (:func:`~tfmatcomp.models.objectives.objective_for`).
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> model_class(tm.get_preset("gpt-tiny").model).__name__
-        'HookedDecoder'
-    """
-    return objective_for(cfg).model_class
 
 
 @dataclass
@@ -205,7 +192,6 @@ class Trainer:
         self.task = self.task_cfg.build()
         #: what the model kind decides: tokens, loss, logged metrics
         self.objective = objective_for(self.model_cfg)
-        self.model_class = self.objective.model_class
         needed = self.objective.positions_needed(self.task.n_positions)
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
@@ -221,7 +207,7 @@ class Trainer:
         self.trainable = trainable
         seed = self.train_cfg.seed
         if model is None:
-            model = self.model_class(self.model_cfg, seed=seed)
+            model = self.objective.model_class(self.model_cfg, seed=seed)
         elif model.cfg != self.model_cfg:
             raise ConfigMismatchError("model: its config differs from model_cfg")
         self.model = model.to(self.device).train()
