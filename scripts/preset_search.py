@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                     help="the fast (bf16) step; it trains the seeds one after another (the batched "
                     "multi-seed program runs float32). Default: where it pays (tfmatcomp.training.fast_step)")
+    ap.add_argument("--intervention", action="append", type=json.loads, metavar="JSON",
+                    help="an intervention during training (TrainConfig.interventions) as JSON; "
+                    "repeat for several")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -65,7 +68,8 @@ def main() -> None:
     overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
                                    "lr": args.lr, "eval_batch_size": args.eval_batch_size,
                                    "log_every": args.log_every, "fast": args.fast,
-                                   "checkpoint_every": args.checkpoint_every}.items()
+                                   "checkpoint_every": args.checkpoint_every,
+                                   "interventions": args.intervention}.items()
                  if v is not None}
     probe = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
                        progress=False, **overrides)

@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -69,6 +70,11 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    "loads as float32)")
     p.add_argument("--max-shard-mb", type=float,
                    help="split each checkpoint's weights into shards of at most this many MiB")
+    p.add_argument("--intervention", action="append", type=_json_object, metavar="JSON",
+                   help="an intervention during training as JSON, e.g. '{\"kind\": "
+                   "\"row_column_attention_scale\", \"factor\": 10, \"start_step\": 500}' "
+                   "(repeat for several; kinds: tfmatcomp.config.DURING_TRAINING; "
+                   "docs/interventions.md)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the run in --out from its latest checkpoint (starts fresh "
@@ -80,6 +86,17 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, help="train on N processes of this machine (launches "
                    "torchrun: data-parallel over one global batch, or with --seeds the seeds "
                    "spread over the processes; one GPU each on CUDA, gloo on CPU)")
+
+
+def _json_object(text: str) -> dict:
+    """A JSON object from the command line (argparse reports the ValueError)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {text!r}")
+    return value
+
+
+_json_object.__name__ = "JSON object"  # argparse's "invalid JSON object value: ..."
 
 
 def _without_nproc(argv: list[str]) -> list[str]:
@@ -104,7 +121,8 @@ def _train_overrides(args: argparse.Namespace) -> dict:
         "checkpoint_steps": getattr(args, "checkpoint_steps", None),
         "fast": getattr(args, "fast", None),
         "checkpoint_dtype": _CHECKPOINT_DTYPES.get(getattr(args, "checkpoint_dtype", None)),
-        "max_shard_mb": getattr(args, "max_shard_mb", None)}.items() if v is not None}
+        "max_shard_mb": getattr(args, "max_shard_mb", None),
+        "interventions": getattr(args, "intervention", None)}.items() if v is not None}
     if args.distribution is not None:
         import dataclasses
 

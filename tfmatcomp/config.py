@@ -37,7 +37,9 @@ from tfmatcomp.validation import (
     is_int,
 )
 
-__all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
+__all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
+           "DuringTraining", "AttentionLogitScale", "RowColumnAttentionScale", "Freeze", "Reinitialize",
+           "DURING_TRAINING", "during_training_from_dict"]
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,168 @@ class TaskConfig:
         return _from_dict(cls, data, "task config")
 
 
+# ----------------------------------------------------------------- interventions during training
+def _check_window(spec: "DuringTraining") -> None:
+    check_int_in_range("start_step", spec.start_step, 0, 10**12)
+    if spec.end_step is not None:
+        check_int_in_range("end_step", spec.end_step, spec.start_step + 1, 10**12)
+
+
+def _check_groups(groups: Any) -> tuple[str, ...]:
+    if isinstance(groups, str):
+        groups = (groups,)
+    if (not isinstance(groups, (list, tuple)) or not groups
+            or not all(isinstance(g, str) and g for g in groups)):
+        raise ValueError(f"groups: must be a non-empty list of parameter group names "
+                         f"(tfmatcomp.models.param_groups.GROUPS), got {groups!r}")
+    return tuple(groups)
+
+
+def _check_layers(layers: Any) -> tuple[int, ...] | None:
+    return None if layers is None else tuple(check_int_list("layers", layers, lo=0))
+
+
+@dataclass(frozen=True)
+class DuringTraining:
+    """An intervention during training: plain data in :attr:`TrainConfig.interventions`, applied by
+    :mod:`tfmatcomp.training.interventions` to the updates ``start_step <= s < end_step`` (the
+    update that takes the run from step ``s`` to ``s + 1``; ``end_step`` None: to the end).
+
+    Subclasses name themselves with ``kind``; :func:`during_training_from_dict` rebuilds any of
+    them from :meth:`to_dict`."""
+
+    kind: ClassVar[str] = ""
+
+    def active(self, step: int) -> bool:
+        """True when the update from ``step`` is intervened on."""
+        start = getattr(self, "start_step", 0)
+        end = getattr(self, "end_step", None)
+        return start <= step and (end is None or step < end)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"kind": self.kind, **dataclasses.asdict(self)}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class AttentionLogitScale(DuringTraining):
+    """Multiply every attention logit (``blocks.{l}.attn.hook_attn_scores``) of ``layers`` (None:
+    all) by ``scale`` during the training updates of its window, and in the evaluations logged
+    then: a temperature on attention.
+
+    Example:
+        >>> AttentionLogitScale(2.5, start_step=100).to_dict()
+        {'kind': 'attention_logit_scale', 'scale': 2.5, 'layers': None, 'start_step': 100, 'end_step': None}
+    """
+
+    kind: ClassVar[str] = "attention_logit_scale"
+    scale: float
+    layers: tuple[int, ...] | None = None
+    start_step: int = 0
+    end_step: int | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_float("scale", self.scale)
+        object.__setattr__(self, "layers", _check_layers(self.layers))
+        _check_window(self)
+
+
+@dataclass(frozen=True)
+class RowColumnAttentionScale(DuringTraining):
+    """Multiply the attention every query pays to the *other entries of its own row and column*
+    by ``factor`` (softmax weights, renormalized: ``log(factor)`` is added to those logits of
+    ``hook_attn_scores``) in ``layers`` (None: all), during its window. Gopalani and Hu (NeurIPS
+    2025) scale their linear attention at the positions the solved task reads; in matrix
+    completion those are the row and the column (what the post-shift row and column heads read).
+    ``factor < 1`` pushes attention away from them.
+
+    Example:
+        >>> RowColumnAttentionScale(10.0, start_step=500).active(499)
+        False
+    """
+
+    kind: ClassVar[str] = "row_column_attention_scale"
+    factor: float
+    layers: tuple[int, ...] | None = None
+    start_step: int = 0
+    end_step: int | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_float("factor", self.factor)
+        object.__setattr__(self, "layers", _check_layers(self.layers))
+        _check_window(self)
+
+
+@dataclass(frozen=True)
+class Freeze(DuringTraining):
+    """Leave the parameters of ``groups`` (names of :data:`tfmatcomp.models.param_groups.GROUPS`:
+    ``"attention"``, ``"mlp"``, ``"token_embed"``, ``"pos_embed"``, ...) unchanged by the updates of
+    its window (their gradients are dropped, so Adam skips them, its moments kept).
+
+    Example:
+        >>> Freeze("mlp", end_step=1000).groups
+        ('mlp',)
+    """
+
+    kind: ClassVar[str] = "freeze"
+    groups: tuple[str, ...]
+    start_step: int = 0
+    end_step: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", _check_groups(self.groups))
+        _check_window(self)
+
+
+@dataclass(frozen=True)
+class Reinitialize(DuringTraining):
+    """Before the update from ``step``, draw the parameters of ``groups`` afresh from the model's
+    own initialization (seeded by the run's seed and ``step``) and reset their Adam moments.
+
+    Example:
+        >>> Reinitialize(["attention"], step=2000).active(2000)
+        True
+    """
+
+    kind: ClassVar[str] = "reinitialize"
+    groups: tuple[str, ...]
+    step: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "groups", _check_groups(self.groups))
+        check_int_in_range("step", self.step, 0, 10**12)
+
+    def active(self, step: int) -> bool:
+        return step == self.step
+
+
+#: Every kind of :class:`DuringTraining`, by ``kind``.
+DURING_TRAINING: dict[str, type[DuringTraining]] = {
+    c.kind: c for c in (AttentionLogitScale, RowColumnAttentionScale, Freeze, Reinitialize)}
+
+
+def during_training_from_dict(data: Any) -> DuringTraining:
+    """The :class:`DuringTraining` that ``data`` (its :meth:`~DuringTraining.to_dict`, or the
+    object itself) describes.
+
+    Example:
+        >>> during_training_from_dict({"kind": "freeze", "groups": ["mlp"]})
+        Freeze(groups=('mlp',), start_step=0, end_step=None)
+    """
+    if isinstance(data, DuringTraining):
+        return data
+    if not isinstance(data, dict) or data.get("kind") not in DURING_TRAINING:
+        kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"interventions: each must be an intervention during training or its "
+                         f"dict with 'kind' one of {sorted(DURING_TRAINING)}, got {kind!r}")
+    cls, fields = DURING_TRAINING[data["kind"]], {k: v for k, v in data.items() if k != "kind"}
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in fields
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"interventions ({data['kind']}): missing fields {missing}")
+    return _from_dict(cls, fields, f"interventions ({data['kind']})")
+
+
 #: Weight dtypes a training run may write its checkpoints in (``TrainConfig.checkpoint_dtype``).
 CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
 _MAX_SHARD_MB = 1 << 20
@@ -268,6 +432,10 @@ class TrainConfig:
             of the latest checkpoint keeps float32 weights, so resuming stays exact.
         max_shard_mb: split each checkpoint's weights into shards of at most this many MiB
             (see :func:`tfmatcomp.save_checkpoint`); None: one file.
+        interventions: interventions during training (:class:`DuringTraining`: attention-logit
+            scaling, row/column attention scaling, freezing, re-initializing), applied in order;
+            given as objects or their dicts (JSON), recorded in ``run.json`` and every checkpoint,
+            and part of what a resume must match. A run with any takes the float32 step.
     """
 
     n_steps: int = 50_000
@@ -281,8 +449,15 @@ class TrainConfig:
     fast: bool | None = None
     checkpoint_dtype: str = "float32"
     max_shard_mb: float | None = None
+    interventions: tuple[DuringTraining, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.interventions, (str, bytes, dict)) or not hasattr(
+                self.interventions, "__iter__"):
+            raise ValueError(f"interventions: must be a list of interventions during training, "
+                             f"got {self.interventions!r}")
+        object.__setattr__(self, "interventions", tuple(
+            during_training_from_dict(d) for d in self.interventions))
         if not (self.fast is None or isinstance(self.fast, bool)):
             raise ValueError(f"fast: must be None (auto: where it pays), True or False, got "
                              f"{self.fast!r}")
@@ -306,6 +481,10 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["checkpoint_steps"] = list(self.checkpoint_steps)
+        if self.interventions:
+            d["interventions"] = [i.to_dict() for i in self.interventions]
+        else:
+            del d["interventions"]  # configs without any serialize as before they existed
         return d
 
     @classmethod

@@ -55,7 +55,7 @@ import ctypes
 import ctypes.util
 import functools
 import sys
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -160,13 +160,15 @@ def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None,
     return decide(fast, device, blocked_by, d_model)[0]
 
 
-def blocker(model: nn.Module, trainable: object, own_step: bool) -> str | None:
+def blocker(model: nn.Module, trainable: object, own_step: bool,
+            interventions: Sequence[object] = ()) -> str | None:
     """Why a run must keep the explicit step (None: it may take the fast one).
 
     Args:
         model: the model trained.
         trainable: the trainer's parameter filter (component-wise training) or None.
         own_step: the trainer class replaces the training step (data-parallel training).
+        interventions: the run's interventions during training (``TrainConfig.interventions``).
     """
     if not isinstance(model, HookedEncoder):
         return f"a {type(model).__name__} (the fast step trains the encoder)"
@@ -174,6 +176,8 @@ def blocker(model: nn.Module, trainable: object, own_step: bool) -> str | None:
         return "a subset of the parameters (component-wise training)"
     if own_step:
         return "a trainer with its own training step"
+    if interventions:
+        return "interventions during training (TrainConfig.interventions)"
     return None
 
 

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -154,6 +155,8 @@ class MultiSeedTrainer:
             raise ValueError("preset: the batched multi-seed trainer runs the encoder task only; "
                              "train a decoder preset (e.g. gpt-tiny) one seed at a time")
         self.train_cfg, self.task, self.device = first.train_cfg, first.task, first.device
+        #: the interventions during training, ready to apply (None without any)
+        self.plan = first.plan
         self._build()
 
     # ------------------------------------------------------------------ stacking
@@ -172,6 +175,8 @@ class MultiSeedTrainer:
                 # SDPA / fused LayerNorm have no vmap batching rule; one seed needs no vmap.
                 module.fused = single
         forward = UncheckedForward(stateless)
+        #: the model whose hooks the stacked forward runs (interventions during training)
+        self.stateless = stateless
         keys = {n: f"model.{n}" for n in self.names}
 
         def one(params: dict[str, Tensor], tokens: Tensor) -> Tensor:
@@ -237,7 +242,8 @@ class MultiSeedTrainer:
         """Each seed's losses on a fresh batch from its own evaluation stream."""
         batches, tokens = self.sample([t.eval_gen for t in self.trainers],
                                        self.train_cfg.eval_batch_size)
-        predictions = self.forward(tokens)
+        with self.intervened(self.step - 1):
+            predictions = self.forward(tokens)
         metrics = self.trainers[0].objective.metrics
         return [{k: v.item() for k, v in metrics(predictions[i], b).items()}
                 for i, b in enumerate(batches)]
@@ -254,6 +260,16 @@ class MultiSeedTrainer:
     @property
     def step(self) -> int:
         return self.trainers[0].step
+
+    def intervened(self, step: int):
+        """The hooks of the interventions during training active at the update from ``step``,
+        attached to the stacked forward for the body of a ``with``."""
+        return (self.plan.applied(self.stateless, step) if self.plan
+                else contextlib.nullcontext())
+
+    def fresh_parameters(self, step: int) -> list[dict[str, Tensor]]:
+        """Each seed's freshly initialized weights for a re-initialization at ``step``."""
+        return [t.fresh_parameters(step)[0] for t in self.trainers]
 
     # ------------------------------------------------------------- run directory
     def claim(self, resuming: bool) -> None:
@@ -377,9 +393,12 @@ class VmapStep(TrainingStep):
 
     def update(self) -> tuple[Tensor, list]:
         g, cfg = self.group, self.group.train_cfg
+        if g.plan:
+            g.plan.reinitialize(g.step, g.params, g.optimizer, g.fresh_parameters)
         batches, tokens = g.sample([t.train_gen for t in g.trainers], cfg.batch_size)
         values = torch.stack([b.values for b in batches])
-        predictions = g.forward(tokens)
+        with g.intervened(g.step):
+            predictions = g.forward(tokens)
         per_seed = (predictions.float() - values.float()).pow(2).mean(dim=(1, 2))
         if not torch.isfinite(per_seed).all():
             bad = [s for s, ok in zip(g.seeds, torch.isfinite(per_seed).tolist()) if not ok]
@@ -388,6 +407,8 @@ class VmapStep(TrainingStep):
         g.optimizer.zero_grad(set_to_none=True)
         per_seed.sum().backward()
         g.zero_padding_grad()
+        if g.plan:
+            g.plan.drop_frozen_grads(g.step, g.params)
         g.optimizer.step()
         return predictions, batches
 

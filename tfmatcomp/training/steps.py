@@ -53,13 +53,20 @@ class ExplicitStep(TrainingStep):
             FloatingPointError: the loss is not finite (nothing is updated).
         """
         t = self.trainer
+        plan = t.plan  # interventions during training (None without any)
+        if plan:
+            plan.reinitialize(t.step, dict(t.model.named_parameters()), t.optimizer,
+                              t.fresh_parameters)
         batch = t.task.sample(t.train_cfg.batch_size, generator=t.train_gen, device=t.device)
-        predictions, loss = self.forward_loss(batch)
+        with t.intervened(t.step):
+            predictions, loss = self.forward_loss(batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"training diverged at step {t.step + 1}: loss is "
                                      f"{loss.item()}; try a lower lr (now {t.train_cfg.lr})")
         t.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if plan:
+            plan.drop_frozen_grads(t.step, dict(t.model.named_parameters()))
         t.optimizer.step()
         return predictions, batch
 

@@ -58,6 +58,7 @@ from tfmatcomp.datapath import inference_bf16
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.training import fast_step
+from tfmatcomp.training.interventions import TrainingPlan, fresh_seed
 from tfmatcomp.training.loop import (
     Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
 )
@@ -70,7 +71,7 @@ from tfmatcomp.validation import check_device
 __all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
-_SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size")
+_SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size", "interventions")
 
 
 def default_device() -> torch.device:
@@ -221,8 +222,13 @@ class Trainer:
         own_step = type(self).explicit_step is not Trainer.explicit_step
         #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
         self.fast, self.step_reason = fast_step.decide(
-            self.train_cfg.fast, self.device, fast_step.blocker(self.model, trainable, own_step),
+            self.train_cfg.fast, self.device,
+            fast_step.blocker(self.model, trainable, own_step, self.train_cfg.interventions),
             getattr(self.model_cfg, "d_model", None))
+        #: the run's interventions during training, ready to apply (None without any)
+        self.plan = TrainingPlan.for_model(
+            self.model, self.train_cfg.interventions,
+            None if self.task_cfg.mixture else (self.task_cfg.n_cols or self.task_cfg.n_rows))
         self._fast_training_step: FastTrainerStep | None = None
         self.optimizer = torch.optim.Adam(params, lr=self.train_cfg.lr,
                                           **({"fused": True} if self.fast else {}))
@@ -448,7 +454,7 @@ class Trainer:
                                       f"not {self.task_cfg}")
         theirs = train_cfg.to_dict() if train_cfg else {}
         ours = self.train_cfg.to_dict()
-        changed = [k for k in _SAME_RUN_FIELDS if theirs.get(k) != ours[k]]
+        changed = [k for k in _SAME_RUN_FIELDS if theirs.get(k) != ours.get(k)]
         if changed:
             raise ConfigMismatchError(f"train_cfg: {changed} differ from {source}; resuming would "
                                       "not continue the same trajectory")
@@ -500,7 +506,8 @@ class Trainer:
                                  generator=self.eval_gen, device=self.device)
         tokens = self.objective.model_tokens(batch)
         bf16 = self.fast and inference_bf16(self.model)  # a CPU with bf16 units, d_model >= 256
-        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
+        with torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext(), \
+                self.intervened(self.step - 1):
             output = self.model(tokens)
         out = {k: v.item() for k, v in self.objective.metrics(output.float(), batch, tokens).items()}
         out.update(self.objective.evaluation_metrics(self.model, batch))
@@ -508,6 +515,17 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------- the step
+    def intervened(self, step: int):
+        """The hooks of the interventions during training active at the update from ``step``,
+        attached to the model for the body of a ``with`` (nothing without interventions)."""
+        return self.plan.applied(self.model, step) if self.plan else contextlib.nullcontext()
+
+    def fresh_parameters(self, step: int) -> list[dict[str, torch.Tensor]]:
+        """The freshly initialized weights a re-initialization at ``step`` copies (one run's)."""
+        fresh = self.objective.model_class(self.model_cfg,
+                                           seed=fresh_seed(self.train_cfg.seed, step))
+        return [dict(fresh.named_parameters())]
+
     def explicit_step(self) -> TrainingStep:
         """The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`; the data-parallel
         trainer of :mod:`tfmatcomp.distributed` plugs in its own)."""

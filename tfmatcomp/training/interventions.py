@@ -1,0 +1,211 @@
+"""Interventions during training, applied: what the training steps do with
+:attr:`tfmatcomp.config.TrainConfig.interventions`.
+
+The interventions themselves are plain data (:class:`~tfmatcomp.config.DuringTraining` and its
+kinds in :mod:`tfmatcomp.config`), so a run records them in ``run.json`` and in every checkpoint,
+and a resume must match them. A :class:`TrainingPlan` turns them into what an update needs:
+
+* :meth:`TrainingPlan.applied`: the forward hooks of the attention interventions active at a step
+  (``blocks.{l}.attn.hook_attn_scores``), attached for one forward pass;
+* :meth:`TrainingPlan.drop_frozen_grads`: the gradients of frozen parameters removed between the
+  backward pass and the optimizer step (Adam skips a parameter without a gradient);
+* :meth:`TrainingPlan.reinitialize`: the parameters of a group drawn afresh from the model's own
+  initialization before an update, their Adam state cleared.
+
+The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`) and the multi-seed step
+(:class:`~tfmatcomp.training.multiseed.VmapStep`) call these; the fast bf16 step does not, so a run
+with interventions takes the float32 step. Evaluations logged after an intervened update run with
+that update's hooks (the model as trained); checkpoints hold the plain weights.
+
+Example:
+    >>> import tfmatcomp as tm
+    >>> from tfmatcomp.config import RowColumnAttentionScale
+    >>> r = tm.train("tiny", n_steps=20, batch_size=8, log_every=10, progress=False,
+    ...              interventions=[RowColumnAttentionScale(10.0, start_step=10)])
+    >>> r.step, TrainingPlan.for_model(r.model, tm.get_preset("tiny").train.interventions) is None
+    (20, True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Callable
+
+import torch
+from jaxtyping import Float
+from torch import Tensor, nn
+
+from tfmatcomp.config import (AttentionLogitScale, DuringTraining, Freeze, Reinitialize,
+                              RowColumnAttentionScale)
+from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.param_groups import group_predicate
+from tfmatcomp.task.masks import positions_to_rows_cols
+
+__all__ = ["TrainingPlan", "row_column_logit_bias", "fresh_seed"]
+
+HookFn = Callable[[Tensor, Any], Tensor]
+
+
+def row_column_logit_bias(n_rows: int, n_cols: int, factor: float,
+                          device: torch.device | str | None = None
+                          ) -> Float[Tensor, "query key"]:
+    """``log(factor)`` where key ``k`` is another entry of query ``q``'s row or column, else 0:
+    added to attention logits it multiplies those softmax weights by ``factor`` (renormalized).
+
+    Example:
+        >>> b = row_column_logit_bias(2, 2, math.e)
+        >>> b.tolist()
+        [[0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 0.0]]
+    """
+    rows, cols = positions_to_rows_cols(n_rows, n_cols, device=device)
+    same = (rows[:, None] == rows[None, :]) | (cols[:, None] == cols[None, :])
+    same &= ~torch.eye(len(rows), dtype=torch.bool, device=device)
+    return same.float() * math.log(factor)
+
+
+class TrainingPlan:
+    """The interventions of a run, checked against its model and ready to apply.
+
+    Args:
+        interventions: :class:`~tfmatcomp.config.DuringTraining` objects, in order.
+        model: the model trained (its layers and parameter names are checked here).
+        n_cols: the task's columns (None: square matrices, the size read from each sequence).
+
+    Raises:
+        ValueError: a layer the model lacks, a parameter group that is unknown or selects no
+            parameter of the model.
+    """
+
+    def __init__(self, interventions: Sequence[DuringTraining], model: nn.Module,
+                 n_cols: int | None = None):
+        self.interventions = tuple(interventions)
+        self.n_cols = n_cols
+        n_layers = model.cfg.n_layers
+        names = [n for n, _ in model.named_parameters()]
+        #: parameter names each group intervention selects, by its index
+        self.selected: dict[int, list[str]] = {}
+        for i, iv in enumerate(self.interventions):
+            where = f"interventions[{i}] ({iv.kind})"
+            layers = getattr(iv, "layers", None)
+            if layers is not None and any(l >= n_layers for l in layers):
+                raise ValueError(f"{where}: layers must lie in [0, {n_layers - 1}], got "
+                                 f"{list(layers)}")
+            if isinstance(iv, RowColumnAttentionScale) and not isinstance(model, HookedEncoder):
+                raise ValueError(f"{where}: rows and columns are the encoder's sequence; a "
+                                 f"{type(model).__name__} reads another one")
+            if isinstance(iv, (Freeze, Reinitialize)):
+                try:
+                    pred = group_predicate(iv.groups)
+                except ValueError as e:
+                    raise ValueError(f"{where}: {e}") from None
+                self.selected[i] = [n for n in names if pred(n)]
+                if not self.selected[i]:
+                    raise ValueError(f"{where}: groups {list(iv.groups)} select no parameter of "
+                                     "this model")
+        self.n_layers = n_layers
+        self._bias: dict[tuple[int, float, str], Tensor] = {}
+
+    @classmethod
+    def for_model(cls, model: nn.Module, interventions: Sequence[DuringTraining],
+                  n_cols: int | None = None) -> "TrainingPlan | None":
+        """The plan of ``interventions`` for ``model``; None when there are none."""
+        return cls(interventions, model, n_cols) if interventions else None
+
+    # ------------------------------------------------------------------ hooks
+    def fwd_hooks(self, step: int) -> list[tuple[str, HookFn]]:
+        """The forward hooks of the attention interventions active at the update from ``step``."""
+        hooks = []
+        for iv in self.interventions:
+            if not iv.active(step) or not isinstance(
+                    iv, (AttentionLogitScale, RowColumnAttentionScale)):
+                continue
+            fn = (self._scale(iv.scale) if isinstance(iv, AttentionLogitScale)
+                  else self._row_column(iv.factor))
+            layers = range(self.n_layers) if iv.layers is None else iv.layers
+            hooks += [(f"blocks.{l}.attn.hook_attn_scores", fn) for l in layers]
+        return hooks
+
+    @contextlib.contextmanager
+    def applied(self, model: nn.Module, step: int) -> Iterator[None]:
+        """Attach :meth:`fwd_hooks` at ``step`` to ``model`` for the body of the ``with``."""
+        hooks = self.fwd_hooks(step)
+        if not hooks:
+            yield
+            return
+        with model.hooks(fwd_hooks=hooks):
+            yield
+
+    @staticmethod
+    def _scale(scale: float) -> HookFn:
+        def hook(scores: Tensor, hook: Any) -> Tensor:
+            return scores * scale
+        return hook
+
+    def _row_column(self, factor: float) -> HookFn:
+        def hook(scores: Tensor, hook: Any) -> Tensor:
+            return scores + self._row_column_bias(scores.shape[-1], factor, scores.device)
+        return hook
+
+    def _row_column_bias(self, n_pos: int, factor: float, device: torch.device) -> Tensor:
+        key = (n_pos, factor, str(device))
+        if key not in self._bias:
+            if self.n_cols is not None and n_pos % self.n_cols == 0:
+                n_rows, n_cols = n_pos // self.n_cols, self.n_cols
+            else:
+                n_rows = n_cols = math.isqrt(n_pos)
+                if n_rows * n_cols != n_pos:
+                    raise ValueError(f"a sequence of {n_pos} positions is no square matrix; "
+                                     "row/column attention scaling needs the matrix's shape")
+            self._bias[key] = row_column_logit_bias(n_rows, n_cols, factor, device)
+        return self._bias[key]
+
+    # ----------------------------------------------------------------- parameters
+    def frozen(self, step: int) -> set[str]:
+        """Names of the parameters the update from ``step`` leaves unchanged."""
+        return {n for i, iv in enumerate(self.interventions)
+                if isinstance(iv, Freeze) and iv.active(step) for n in self.selected[i]}
+
+    def drop_frozen_grads(self, step: int, params: Mapping[str, Tensor]) -> None:
+        """Remove the gradients of the frozen parameters (call between backward and the step)."""
+        for name in self.frozen(step):
+            params[name].grad = None
+
+    @torch.no_grad()
+    def reinitialize(self, step: int, params: Mapping[str, Tensor],
+                     optimizer: torch.optim.Optimizer,
+                     fresh: Callable[[int], Sequence[Mapping[str, Tensor]]]) -> list[str]:
+        """Before the update from ``step``: copy the :class:`~tfmatcomp.config.Reinitialize`
+        groups' parameters from fresh models and clear their optimizer state; returns the names.
+
+        Args:
+            params: the trained parameters by name (stacked ``[seed, ...]`` for a multi-seed group).
+            fresh: ``fresh(step)``, one freshly initialized state dict per run (one for a single
+                run, one per seed of a group, in the stacking order).
+        """
+        names: list[str] = []
+        for i, iv in enumerate(self.interventions):
+            if isinstance(iv, Reinitialize) and iv.active(step):
+                names += [n for n in self.selected[i] if n not in names]
+        if not names:
+            return names
+        states = fresh(step)
+        for name in names:
+            p = params[name]
+            values = [s[name].to(p.device, p.dtype) for s in states]
+            p.copy_(values[0] if len(values) == 1 and p.shape == values[0].shape
+                    else torch.stack(values))
+            optimizer.state.pop(p, None)
+        return names
+
+
+def fresh_seed(run_seed: int, step: int) -> int:
+    """The seed of the fresh initialization a :class:`~tfmatcomp.config.Reinitialize` at ``step``
+    draws for the run of ``run_seed`` (different per seed and per step).
+
+    Example:
+        >>> fresh_seed(0, 2000) != fresh_seed(1, 2000) != fresh_seed(0, 3000)
+        True
+    """
+    return (run_seed * 1_000_003 + step * 7_919 + 12_345) % (2**63 - 1)
