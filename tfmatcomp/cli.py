@@ -428,6 +428,9 @@ def _dynamics_args(p: argparse.ArgumentParser) -> None:
                    help="comma-separated checkpoint steps (default: all)")
     p.add_argument("--batch-size", type=int, default=256, help="matrices per forward pass (256)")
     p.add_argument("--device", help="cpu or cuda (default: cpu)")
+    p.add_argument("--lead", action="store_true",
+                   help="also each measure's lead over the loss's onset per seed (RUN.lead.csv "
+                   "beside the table) and print its summary over seeds (docs/dynamics.md)")
 
 
 def dynamics_output(run: str) -> Path:
@@ -462,6 +465,15 @@ def _dynamics(args: argparse.Namespace) -> int:
     table.to_csv(out, index=False)
     print(f"{len(table)} rows ({table['measure'].nunique()} measures, {table['step'].nunique()} "
           f"steps, {table['seed'].nunique()} seed(s)) written to {out}")
+    if args.lead:
+        from tfmatcomp.analyses.dynamics.lead import lead_time_summary, lead_times
+
+        leads = lead_times(table, args.run)
+        lead_out = out.with_name(out.name.replace(".dynamics.csv", "") + ".lead.csv"
+                                 if out.name.endswith(".dynamics.csv") else out.stem + ".lead.csv")
+        leads.to_csv(lead_out, index=False)
+        print(lead_time_summary(leads).to_string(index=False, float_format=lambda x: f"{x:.0f}"))
+        print(f"leads per seed written to {lead_out}")
     if args.figure:
         from tfmatcomp.plotting.dynamics import measures_figure
         from tfmatcomp.training.trainer import read_metrics
