@@ -77,3 +77,34 @@ def test_cli_writes_the_leads(tmp_path, capsys):
     leads = pd.read_csv(tmp_path / "tiny.lead.csv")
     assert list(leads.columns)[:5] == ["seed", "measure", "onset", "departure", "lead"]
     assert "median_lead" in capsys.readouterr().out
+
+
+def test_report_section_before_the_drop(tmp_path):
+    from tfmatcomp.report import build_report
+
+    report = build_report("tiny", tmp_path / "r.html", n_samples=32, sections=["before_drop"],
+                          progress=False)
+    (s,) = report.sections
+    assert s.error is None, s.error
+    figure, summary = s.items
+    assert "step 4,889" in s.text and "moved before the loss" in s.text
+    table = over_checkpoints("tiny", {"row_column_attention_mass": row_column_attention_mass},
+                             n_samples=32)
+    expected = lead_times(table, "tiny").set_index("measure")["lead"]
+    got = summary.set_index("measure")["median_lead"]
+    assert got["row_column_attention_mass.max_head"] == pytest.approx(
+        expected["row_column_attention_mass.max_head"])
+    assert 'id="before_drop"' in report.path.read_text()
+
+
+def test_report_section_without_a_drop(tmp_path):
+    import tfmatcomp as tm
+    from tfmatcomp.report import build_report
+
+    run = tmp_path / "flat"
+    tm.train("tiny", n_steps=40, batch_size=8, log_every=10, checkpoint_every=20, out_dir=run,
+             progress=False)
+    report = build_report(run, tmp_path / "r.html", n_samples=8, sections=["before_drop"],
+                          progress=False)
+    (s,) = report.sections
+    assert s.error is None and "No drop was detected" in s.text

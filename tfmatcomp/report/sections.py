@@ -265,6 +265,46 @@ def _attention(ctx: RunContext, s: Section) -> None:
               "row, column and identity heads after it.")
 
 
+def _before_drop(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.analyses.dynamics import lead_time_summary, lead_times, over_checkpoints
+    from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
+    from tfmatcomp.plotting.dynamics import measures_figure
+
+    measures = {k: f for k, f in PROGRESS_MEASURES.items() if k != "L_mask"}
+    table = over_checkpoints(ctx.run_dir, measures, n_samples=min(ctx.n_samples, 256),
+                             seed=ctx.seed)
+    last = ctx.post.cfg.n_layers
+    shown = ["row_column_attention_mass.max_head", "row_column_attention_mass.layer0",
+             f"representation_collapse.layer{last}", "copying.L_mask_prime",
+             f"positional_rank.layer{last}"]
+    s.items.append(measures_figure(table, ctx.metrics, measures=shown,
+                                   title="Progress measures at every checkpoint"))
+    steps = sorted(table["step"].unique())
+    spacing = int(min(b - a for a, b in zip(steps, steps[1:]))) if len(steps) > 1 else 0
+    s.text = ("The progress measures of Gopalani and Hu (NeurIPS 2025) at every checkpoint, on one "
+              "fixed batch: attention mass from masked entries onto their own row and column's "
+              "observed entries (what the post-shift row and column heads read), the collapse of "
+              "the masked positions' hidden states onto one direction, the copying check, and the "
+              "positional rank of the decomposition. ")
+    if not ctx.has_drop:
+        s.text += "No drop was detected in this run, so there is no onset to time them against."
+        return
+    leads = lead_times(table, ctx.run_dir)
+    summary = lead_time_summary(leads).sort_values("median_lead", ascending=False)
+    s.items.append(summary)
+    moved = summary[summary["median_lead"] > 0]
+    s.text += (f"A measure's lead is the loss's onset (step {ctx.drop.drop_start:,.0f}) minus the "
+               "first checkpoint from which on it stays 10% of the way from its plateau value to "
+               f"its final value; with checkpoints {spacing:,} steps apart (at the closest), a "
+               f"lead is exact to that spacing. {len(moved)} of {len(summary)} measures moved "
+               "before the loss")
+    if len(moved):
+        top = moved.iloc[0]
+        s.text += f"; the earliest, {top['measure']}, by {top['median_lead']:,.0f} steps"
+    s.text += (". Over the seeds of a group: tfmatcomp dynamics GROUP --lead (docs/dynamics.md, "
+               "lead times).")
+
+
 def _embeddings(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.analyses.embeddings import (checkpoint_token_projection, positional_embedding_pca,
                                       token_embedding_norms, token_embedding_pca)
@@ -416,6 +456,7 @@ def _decomposition(ctx: RunContext, s: Section) -> None:
 
 SECTIONS: dict[str, tuple[str, Callable[[RunContext, Section], None]]] = {
     "training": ("Training: plateau and sudden drop", _training),
+    "before_drop": ("Before the drop: progress measures and their lead", _before_drop),
     "components": ("Component-wise training (Fig. 8)", _components),
     "copying": ("Copying check (Table 1)", _copying),
     "ablation": ("Uniform attention ablation", _ablation),
