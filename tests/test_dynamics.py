@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,6 +16,7 @@ from tfmatcomp.analyses.dynamics import (
     PAPER_COMPONENTS, component_training, detect_drop, reinitialize_component, summarize_drops,
     train_component,
 )
+from tfmatcomp.config import Freeze, Reinitialize
 from tfmatcomp.models.param_groups import GROUPS, group_parameter_names, group_predicate
 
 STEPS = np.arange(0, 50_000, 50.0)
@@ -155,8 +157,11 @@ def test_component_training_from_checkpoint(trained_checkpoint, group, tmp_path)
             changed += not torch.equal(p, start.get_parameter(name))     # ... and then trained
         else:
             assert torch.equal(p, source.get_parameter(name)), name       # frozen, bit-identical
-            assert not p.requires_grad
     assert changed >= 1
+    # one case of the interventions during training, recorded with the run
+    recorded = json.loads((tmp_path / "run.json").read_text())["train"]["interventions"]
+    assert recorded == [Reinitialize(group, step=0, seed=11).to_dict(),
+                        Freeze("all", except_groups=[group]).to_dict()]
     assert list(res.metrics["step"]) == [1, 2, 3, 4, 5]
     assert {"train_L_mask", "eval_L_mask", "eval_L_obs"} <= set(res.metrics.columns)
     assert (tmp_path / "metrics.jsonl").exists()

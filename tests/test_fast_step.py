@@ -126,12 +126,13 @@ def test_switch_is_honoured_and_fused_adam_goes_with_it():
 
 
 def test_runs_that_must_stay_explicit():
-    with pytest.raises(ValueError, match="fast: .*component-wise"):
-        tm.Trainer("tiny", progress=False, fast=True, trainable=lambda n: "blocks.0" in n)
+    with pytest.raises(ValueError, match="fast: .*interventions during training"):
+        tm.Trainer("tiny", progress=False, fast=True,
+                   interventions=[{"kind": "freeze", "groups": ["all"], "except_groups": ["mlp"]}])
     with pytest.raises(ValueError, match="fast: .*HookedDecoder"):
         tm.Trainer("gpt-tiny", progress=False, fast=True)
     # left to choose (None), the same runs quietly keep the explicit step even on CUDA
-    assert fast_step.blocker(tm.HookedEncoder(tm.get_preset("tiny").model), None, True)
+    assert fast_step.blocker(tm.HookedEncoder(tm.get_preset("tiny").model), True)
     trainer = tm.Trainer("tiny", fast=True, **KW)
     trainer.model.add_hook("blocks.0.attn.hook_pattern", lambda t, hook: t)
     with pytest.warns(UserWarning, match="hooks are attached"):

@@ -129,12 +129,17 @@ def test_nan_loss_stops_training_with_a_clear_error():
         tm.train("tiny", model=model, **SMALL)
 
 
-def test_component_freezing_with_trainable():
+def test_training_one_component_alone():
+    from tfmatcomp.config import Freeze
+    from tfmatcomp.models.param_groups import group_predicate
+
     base = tm.HookedEncoder(small_cfg(), seed=0)
     before = {n: p.detach().clone() for n, p in base.named_parameters()}
-    r = tm.train("tiny", model=base, trainable=lambda n: ".attn." in n, **dict(SMALL, n_steps=5))
+    r = tm.train("tiny", model=base, interventions=[Freeze("all", except_groups=["attention"])],
+                 **dict(SMALL, n_steps=5))
+    attention = group_predicate("attention")
     for n, p in r.model.named_parameters():
-        assert torch.equal(p, before[n]) != (".attn." in n), n
+        assert torch.equal(p, before[n]) != attention(n), n
 
 
 def test_cli_train_and_resume(tmp_path, capsys):
@@ -170,7 +175,7 @@ def test_every_entry_point_takes_the_training_keywords_of_run_setup():
         tm.train_many("tiny", seeds=[0], resume=True, overwrite=True)
 
 
-def test_a_seed_group_refuses_a_model_or_a_trainable_predicate():
+def test_a_seed_group_refuses_a_model_or_an_unknown_keyword():
     model = tm.HookedEncoder(small_cfg())
     with pytest.raises(TypeError, match="model"):
         tm.MultiSeedTrainer("tiny", seeds=[0, 1], model=model, progress=False)

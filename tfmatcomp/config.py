@@ -337,8 +337,9 @@ class RowColumnAttentionScale(DuringTraining):
 @dataclass(frozen=True)
 class Freeze(DuringTraining):
     """Leave the parameters of ``groups`` (names of :data:`tfmatcomp.models.param_groups.GROUPS`:
-    ``"attention"``, ``"mlp"``, ``"token_embed"``, ``"pos_embed"``, ...) unchanged by the updates of
-    its window (their gradients are dropped, so Adam skips them, its moments kept).
+    ``"attention"``, ``"mlp"``, ``"token_embed"``, ``"pos_embed"``, ``"all"``, ...) but those of
+    ``except_groups`` unchanged by the updates of its window (their gradients are dropped, so Adam
+    skips them, its moments kept). ``Freeze("all", except_groups=["mlp"])`` trains the MLPs alone.
 
     Example:
         >>> Freeze("mlp", end_step=1000).groups
@@ -347,18 +348,22 @@ class Freeze(DuringTraining):
 
     kind: ClassVar[str] = "freeze"
     groups: tuple[str, ...]
+    except_groups: tuple[str, ...] = ()
     start_step: int = 0
     end_step: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", _check_groups(self.groups))
+        object.__setattr__(self, "except_groups",
+                           _check_groups(self.except_groups) if self.except_groups else ())
         _check_window(self)
 
 
 @dataclass(frozen=True)
 class Reinitialize(DuringTraining):
     """Before the update from ``step``, draw the parameters of ``groups`` afresh from the model's
-    own initialization (seeded by the run's seed and ``step``) and reset their Adam moments.
+    own initialization and clear their Adam state. The fresh model is seeded by ``seed``, or, when
+    None, by the run's seed and ``step`` (each seed of a group then draws its own).
 
     Example:
         >>> Reinitialize(["attention"], step=2000).active(2000)
@@ -367,11 +372,13 @@ class Reinitialize(DuringTraining):
 
     kind: ClassVar[str] = "reinitialize"
     groups: tuple[str, ...]
-    step: int
+    step: int = 0
+    seed: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "groups", _check_groups(self.groups))
         check_int_in_range("step", self.step, 0, 10**12)
+        check_seed("seed", self.seed, allow_none=True)
 
     def active(self, step: int) -> bool:
         return step == self.step
@@ -388,7 +395,7 @@ def during_training_from_dict(data: Any) -> DuringTraining:
 
     Example:
         >>> during_training_from_dict({"kind": "freeze", "groups": ["mlp"]})
-        Freeze(groups=('mlp',), start_step=0, end_step=None)
+        Freeze(groups=('mlp',), except_groups=(), start_step=0, end_step=None)
     """
     if isinstance(data, DuringTraining):
         return data

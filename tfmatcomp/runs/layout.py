@@ -80,7 +80,7 @@ INDEX_FILE = "model.safetensors.index.json"
 SHARD_NAME = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
 #: The optimizer moments and random-number states saved for resuming.
 STATE_TENSORS_FILE = "state.safetensors"
-#: The rest of the training state (step, optimizer groups, trainable parameter names).
+#: The rest of the training state (step, optimizer groups).
 STATE_FILE = "state.json"
 #: A checkpoint directory's name: ``step_0004000``.
 _CHECKPOINT_NAME = re.compile(r"step_(\d+)")

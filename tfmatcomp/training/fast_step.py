@@ -33,7 +33,7 @@ On CUDA:
 * nothing reads a tensor back between logging steps: a non-finite loss sets a flag on the device
   that :meth:`FastStep.check_finite` reads when the trainer logs or checkpoints.
 
-It runs only where nothing may look inside the model: an encoder with every parameter trainable
+It runs only where nothing may look inside the model: an encoder with no intervention during training
 and no hook attached (:func:`blocker`, :func:`hooks_attached`). Everything else, and any run with
 ``TrainConfig.fast=False``, keeps the explicit float32 step. Left to itself (``fast=None``) a run
 takes the fast step on CUDA, and on a CPU when the model has ``d_model >=`` :data:`~tfmatcomp.datapath.CPU_MIN_D_MODEL`
@@ -160,20 +160,16 @@ def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None,
     return decide(fast, device, blocked_by, d_model)[0]
 
 
-def blocker(model: nn.Module, trainable: object, own_step: bool,
-            interventions: Sequence[object] = ()) -> str | None:
+def blocker(model: nn.Module, own_step: bool, interventions: Sequence[object] = ()) -> str | None:
     """Why a run must keep the explicit step (None: it may take the fast one).
 
     Args:
         model: the model trained.
-        trainable: the trainer's parameter filter (component-wise training) or None.
         own_step: the trainer class replaces the training step (data-parallel training).
         interventions: the run's interventions during training (``TrainConfig.interventions``).
     """
     if not isinstance(model, HookedEncoder):
         return f"a {type(model).__name__} (the fast step trains the encoder)"
-    if trainable is not None:
-        return "a subset of the parameters (component-wise training)"
     if own_step:
         return "a trainer with its own training step"
     if interventions:

@@ -96,14 +96,17 @@ class TrainingPlan:
                 raise ValueError(f"{where}: rows and columns are the encoder's sequence; a "
                                  f"{type(model).__name__} reads another one")
             if isinstance(iv, (Freeze, Reinitialize)):
+                excepted = getattr(iv, "except_groups", ())
                 try:
                     pred = group_predicate(iv.groups)
+                    spared = group_predicate(excepted) if excepted else (lambda n: False)
                 except ValueError as e:
                     raise ValueError(f"{where}: {e}") from None
-                self.selected[i] = [n for n in names if pred(n)]
+                self.selected[i] = [n for n in names if pred(n) and not spared(n)]
                 if not self.selected[i]:
-                    raise ValueError(f"{where}: groups {list(iv.groups)} select no parameter of "
-                                     "this model")
+                    raise ValueError(f"{where}: groups {list(iv.groups)}"
+                                     + (f" except {list(excepted)}" if excepted else "")
+                                     + " select no parameter of this model")
         self.n_layers = n_layers
         self._bias: dict[tuple[int, float, str], Tensor] = {}
 
@@ -175,28 +178,27 @@ class TrainingPlan:
     @torch.no_grad()
     def reinitialize(self, step: int, params: Mapping[str, Tensor],
                      optimizer: torch.optim.Optimizer,
-                     fresh: Callable[[int], Sequence[Mapping[str, Tensor]]]) -> list[str]:
+                     fresh: Callable[[Reinitialize], Sequence[Mapping[str, Tensor]]]) -> list[str]:
         """Before the update from ``step``: copy the :class:`~tfmatcomp.config.Reinitialize`
         groups' parameters from fresh models and clear their optimizer state; returns the names.
 
         Args:
             params: the trained parameters by name (stacked ``[seed, ...]`` for a multi-seed group).
-            fresh: ``fresh(step)``, one freshly initialized state dict per run (one for a single
-                run, one per seed of a group, in the stacking order).
+            fresh: ``fresh(reinit)``, the fresh parameters by name that ``reinit`` copies, one
+                mapping per run (one for a single run, one per seed of a group, in stacking order).
         """
         names: list[str] = []
         for i, iv in enumerate(self.interventions):
-            if isinstance(iv, Reinitialize) and iv.active(step):
-                names += [n for n in self.selected[i] if n not in names]
-        if not names:
-            return names
-        states = fresh(step)
-        for name in names:
-            p = params[name]
-            values = [s[name].to(p.device, p.dtype) for s in states]
-            p.copy_(values[0] if len(values) == 1 and p.shape == values[0].shape
-                    else torch.stack(values))
-            optimizer.state.pop(p, None)
+            if not (isinstance(iv, Reinitialize) and iv.active(step)):
+                continue
+            states = fresh(iv)
+            for name in self.selected[i]:
+                p = params[name]
+                values = [s[name].to(p.device, p.dtype) for s in states]
+                p.copy_(values[0] if len(values) == 1 and p.shape == values[0].shape
+                        else torch.stack(values))
+                optimizer.state.pop(p, None)
+                names.append(name)
         return names
 
 

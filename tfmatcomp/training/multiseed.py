@@ -38,7 +38,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.layout import GROUP_FILE, has_training_state, list_checkpoints, seed_dir
-from tfmatcomp.config import Preset
+from tfmatcomp.config import Preset, Reinitialize
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.training.loop import (
@@ -267,9 +267,9 @@ class MultiSeedTrainer:
         return (self.plan.applied(self.stateless, step) if self.plan
                 else contextlib.nullcontext())
 
-    def fresh_parameters(self, step: int) -> list[dict[str, Tensor]]:
-        """Each seed's freshly initialized weights for a re-initialization at ``step``."""
-        return [t.fresh_parameters(step)[0] for t in self.trainers]
+    def fresh_parameters(self, reinit: Reinitialize) -> list[dict[str, Tensor]]:
+        """Each seed's freshly initialized weights that ``reinit`` copies."""
+        return [t.fresh_parameters(reinit)[0] for t in self.trainers]
 
     # ------------------------------------------------------------- run directory
     def claim(self, resuming: bool) -> None:

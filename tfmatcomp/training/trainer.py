@@ -53,7 +53,8 @@ from tfmatcomp.runs.checkpoint import (
 from tfmatcomp.runs.layout import (
     METRICS_FILE, RUN_FILE, STATE_FILE, checkpoint_path, has_training_state, list_checkpoints,
 )
-from tfmatcomp.config import DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig, get_preset
+from tfmatcomp.config import (DecoderConfig, EncoderConfig, Preset, Reinitialize, TaskConfig,
+                              TrainConfig, get_preset)
 from tfmatcomp.datapath import inference_bf16
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.decoder import HookedDecoder
@@ -97,8 +98,8 @@ class RunSetup:
     :func:`~tfmatcomp.train_many`, their forms in :mod:`tfmatcomp.distributed` and ``tfmatcomp
     train`` all take ``preset`` and then these fields as keywords; any other keyword is a
     :class:`~tfmatcomp.TrainConfig` field (``n_steps=300, lr=1e-3, ...``) and lands in
-    ``train_overrides``. Each entry point adds only its own keywords (``resume``; ``model`` and
-    ``trainable`` for one run; ``seeds`` for a group).
+    ``train_overrides``. Each entry point adds only its own keywords (``resume``; ``model`` for
+    one run; ``seeds`` for a group).
 
     Attributes:
         preset: name or :class:`~tfmatcomp.Preset` supplying defaults for the three configs.
@@ -159,13 +160,13 @@ class Trainer:
         preset: name or :class:`Preset` supplying defaults for the three configs.
         model: start from this model instead of a fresh one (its config must equal ``model_cfg``
             when both are given).
-        trainable: predicate on parameter names; only matching parameters are optimized, the others
-            are frozen (used by component-wise training). Default: all.
         keywords: the fields of :class:`RunSetup` (``model_cfg``, ``task_cfg``, ``train_cfg``,
             ``out_dir``, ``device``, ``progress``, ``overwrite``) and
             :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``). The trainer locks
             ``out_dir`` during :meth:`run`, and from :meth:`resume` until the end of the next run
-            or :meth:`close`; call :meth:`resume` to continue a run there.
+            or :meth:`close`; call :meth:`resume` to continue a run there. Freezing or
+            re-initializing parameter groups (component-wise training) are interventions during
+            training: ``interventions=[Freeze(...), Reinitialize(...)]`` (:mod:`tfmatcomp.config`).
 
     On CUDA, and on a CPU with bf16 matrix units for models with ``d_model >= 256``, a run that
     allows it takes the fast step of :mod:`tfmatcomp.training.fast_step` (bf16 matmuls, fused Adam);
@@ -183,7 +184,6 @@ class Trainer:
         preset: str | Preset = "tiny",
         *,
         model: HookedEncoder | HookedDecoder | None = None,
-        trainable: Callable[[str], bool] | None = None,
         **keywords: Any,
     ):
         setup = RunSetup.from_keywords(preset, keywords)
@@ -205,7 +205,6 @@ class Trainer:
         self._claimed = False
         self._fingerprint: tuple | None = None
         self.progress = setup.progress
-        self.trainable = trainable
         seed = self.train_cfg.seed
         if model is None:
             model = self.objective.model_class(self.model_cfg, seed=seed)
@@ -213,17 +212,12 @@ class Trainer:
             raise ConfigMismatchError("model: its config differs from model_cfg")
         self.model = model.to(self.device).train()
         self.model.task_cfg = self.task_cfg
-        params = [p for n, p in self.model.named_parameters() if trainable is None or trainable(n)]
-        if trainable is not None:
-            for n, p in self.model.named_parameters():
-                p.requires_grad_(trainable(n))
-        if not params:
-            raise ValueError("trainable: selects no parameter")
+        params = list(self.model.parameters())
         own_step = type(self).explicit_step is not Trainer.explicit_step
         #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
         self.fast, self.step_reason = fast_step.decide(
             self.train_cfg.fast, self.device,
-            fast_step.blocker(self.model, trainable, own_step, self.train_cfg.interventions),
+            fast_step.blocker(self.model, own_step, self.train_cfg.interventions),
             getattr(self.model_cfg, "d_model", None))
         #: the run's interventions during training, ready to apply (None without any)
         self.plan = TrainingPlan.for_model(
@@ -250,15 +244,10 @@ class Trainer:
         if self.train_cfg.checkpoint_dtype != "float32":  # the checkpoint's weights are rounded
             tensors.update({f"weights.{k}": v for k, v in self.model.state_dict().items()})
         state = {"step": self.step, "elapsed_s": self.elapsed_s,
-                 "param_groups": opt["param_groups"],
-                 "trainable": [n for n, p in self.model.named_parameters() if p.requires_grad]}
+                 "param_groups": opt["param_groups"]}
         return tensors, state
 
     def load_training_state(self, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
-        trainable = [n for n, p in self.model.named_parameters() if p.requires_grad]
-        if state.get("trainable", trainable) != trainable:
-            raise ConfigMismatchError("trainable: the checkpoint was trained with a different set "
-                                      "of trainable parameters")
         opt_state: dict[int, dict[str, torch.Tensor]] = {}
         for key, value in tensors.items():
             if key.startswith("optimizer."):
@@ -520,11 +509,13 @@ class Trainer:
         attached to the model for the body of a ``with`` (nothing without interventions)."""
         return self.plan.applied(self.model, step) if self.plan else contextlib.nullcontext()
 
-    def fresh_parameters(self, step: int) -> list[dict[str, torch.Tensor]]:
-        """The freshly initialized weights a re-initialization at ``step`` copies (one run's)."""
-        fresh = self.objective.model_class(self.model_cfg,
-                                           seed=fresh_seed(self.train_cfg.seed, step))
-        return [dict(fresh.named_parameters())]
+    def fresh_parameters(self, reinit: Reinitialize) -> list[dict[str, torch.Tensor]]:
+        """The freshly initialized weights ``reinit`` copies into this run (a one-item list): the
+        model's own initialization from ``reinit.seed``, or from a seed of the run's seed and
+        ``reinit.step`` (:func:`~tfmatcomp.training.interventions.fresh_seed`)."""
+        seed = reinit.seed if reinit.seed is not None else fresh_seed(self.train_cfg.seed,
+                                                                        reinit.step)
+        return [dict(self.objective.model_class(self.model_cfg, seed=seed).named_parameters())]
 
     def explicit_step(self) -> TrainingStep:
         """The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`; the data-parallel
@@ -601,7 +592,7 @@ class Trainer:
 def train(preset: str | Preset = "tiny", *, resume: bool = False, **keywords: Any) -> TrainResult:
     """Train a :class:`HookedEncoder` (or, with a :class:`DecoderConfig` / the ``gpt-tiny``
     preset, a :class:`HookedDecoder` on the GPT variant) on matrix completion (``keywords``: those
-    of :class:`Trainer`, i.e. :class:`RunSetup`'s fields, ``model``, ``trainable`` and
+    of :class:`Trainer`, i.e. :class:`RunSetup`'s fields, ``model`` and
     :class:`TrainConfig` fields).
 
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest

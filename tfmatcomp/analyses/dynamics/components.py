@@ -14,6 +14,7 @@ including their LayerNorm), ``all`` and the finer groups used by transplants.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,8 @@ import pandas as pd
 import torch
 
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.models.param_groups import group_parameter_names, group_predicate
+from tfmatcomp.config import Freeze, Reinitialize
+from tfmatcomp.models.param_groups import group_parameter_names
 from tfmatcomp.validation import is_int
 
 __all__ = ["PAPER_COMPONENTS", "reinitialize_component", "train_component", "component_training"]
@@ -99,11 +101,18 @@ def train_component(
 ):
     """Re-initialize ``group`` of a trained model, freeze the rest, and train the group.
 
+    One case of the interventions during training: the run is :func:`tfmatcomp.train` from the
+    trained model with ``interventions=[Reinitialize(group, step=0, seed=reinit_seed),
+    Freeze("all", except_groups=group)]`` (:mod:`tfmatcomp.config`), recorded in its
+    ``run.json`` and checkpoints like any run's, so it resumes like any run.
+
     Args:
         source: the trained model or a checkpoint path (its task and training configs are then
             the defaults). The source model is not modified.
         group: a component group (see :data:`tfmatcomp.models.param_groups.GROUPS`) or several.
-        reinit_seed: seed (or CPU generator) of the fresh initialization of the group.
+        reinit_seed: seed of the fresh initialization of the group (the model's own
+            initialization, as :func:`reinitialize_component` draws it from an int seed); a CPU
+            generator gives the seed as its next random integer.
         task_cfg, train_cfg: override the checkpoint's configs (required for a model without a
             checkpoint unless ``preset`` has the right ones).
         preset: fallback preset for configs the source does not give.
@@ -125,9 +134,19 @@ def train_component(
     from tfmatcomp.training.trainer import train
 
     model, task_cfg, train_cfg = _load_source(source, task_cfg, train_cfg)
-    model = reinitialize_component(model, group, reinit_seed)
-    return train(preset, model=model, trainable=group_predicate(group), task_cfg=task_cfg,
-                 train_cfg=train_cfg, out_dir=out_dir, device=device, progress=progress,
+    groups = [group] if isinstance(group, str) else list(group)
+    group_parameter_names(model, groups)  # an unknown group fails here, naming it
+    if isinstance(reinit_seed, torch.Generator):
+        reinit_seed = int(torch.randint(2**62, (1,), generator=reinit_seed))
+    elif not is_int(reinit_seed):
+        raise ValueError(f"reinit_seed: expected an int or a torch.Generator, got "
+                         f"{type(reinit_seed).__name__}")
+    interventions = [Reinitialize(groups, step=0, seed=int(reinit_seed)),
+                     Freeze("all", except_groups=groups)]
+    if "all" in groups:
+        interventions.pop()  # nothing is frozen: normal training from a fresh model
+    return train(preset, model=copy.deepcopy(model), task_cfg=task_cfg, train_cfg=train_cfg,
+                 out_dir=out_dir, device=device, progress=progress, interventions=interventions,
                  **train_overrides)
 
 
