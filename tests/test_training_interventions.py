@@ -166,3 +166,49 @@ def test_cli_takes_json(tmp_path, capsys):
     recorded = json.loads((out / "run.json").read_text())["train"]["interventions"]
     assert recorded == [{**iv, "layers": None, "end_step": None}]
     assert math.isfinite(json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["eval_L"])
+
+
+# ------------------------------------------------------------------ the attention penalty
+def test_penalty_adds_the_row_column_mass_to_the_first_loss():
+    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.task.masks import row_column_mass
+
+    iv = RowColumnAttentionPenalty(5.0, layers=[1])
+    preset = tm.get_preset("tiny")
+    model = tm.HookedEncoder(preset.model, seed=0)
+    batch = preset.task.build().sample(8, generator=torch.Generator().manual_seed(1))
+    _, cache = model.run_with_cache(batch.tokens)
+    mass = row_column_mass(cache["blocks.1.attn.hook_pattern"], batch.observed, 4, 4).mean()
+    plan = TrainingPlan([iv], model, 4)
+    with plan.penalty(model, 0, batch) as terms:
+        loss = tm.losses(model(batch.tokens), batch)["L"]
+    assert len(terms) == 1 and terms[0].item() == pytest.approx(5.0 * mass.item(), rel=1e-6)
+    terms[0].backward()  # differentiable: the gradient reaches the queries and keys
+    assert model.blocks[1].attn.W_Q.grad.abs().sum() > 0
+    # the logged losses are the plain ones, and the penalty changes the updates
+    run = tm.train("tiny", interventions=[iv], **SMALL)
+    plain = tm.train("tiny", **SMALL)
+    assert run.metrics["train_L"].iloc[0] == pytest.approx(loss.item(), rel=1e-5)
+    assert run.metrics["train_L"].iloc[-1] != plain.metrics["train_L"].iloc[-1]
+
+
+def test_penalty_suppresses_the_row_column_mass():
+    from tfmatcomp.analyses.dynamics import row_column_attention_mass
+    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.datapath import sample_batch
+
+    kw = dict(SMALL, n_steps=30, log_every=30)
+    pushed = tm.train("tiny", interventions=[RowColumnAttentionPenalty(10.0)], **kw).model
+    pulled = tm.train("tiny", interventions=[RowColumnAttentionPenalty(-10.0)], **kw).model
+    batch = sample_batch("tiny", 64, seed=0)
+    assert (row_column_attention_mass(pushed, batch)["layer0"]
+            < row_column_attention_mass(pulled, batch)["layer0"])
+
+
+def test_penalty_refused_where_it_cannot_be_collected():
+    from tfmatcomp.config import RowColumnAttentionPenalty
+
+    with pytest.raises(ValueError, match="one at a time"):
+        tm.train_many("tiny", seeds=[0, 1], interventions=[RowColumnAttentionPenalty(1.0)], **SMALL)
+    with pytest.raises(ValueError, match="weight"):
+        RowColumnAttentionPenalty(0.0)

@@ -38,7 +38,8 @@ from tfmatcomp.validation import (
 )
 
 __all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
-           "DuringTraining", "AttentionLogitScale", "RowColumnAttentionScale", "Freeze", "Reinitialize",
+           "DuringTraining", "AttentionLogitScale", "RowColumnAttentionScale", "RowColumnAttentionPenalty",
+           "Freeze", "Reinitialize",
            "DURING_TRAINING", "during_training_from_dict"]
 
 
@@ -335,6 +336,37 @@ class RowColumnAttentionScale(DuringTraining):
 
 
 @dataclass(frozen=True)
+class RowColumnAttentionPenalty(DuringTraining):
+    """Add ``weight`` times the row/column attention mass to the training loss during its window:
+    the mass masked entries' queries put on the observed entries of their own row and column
+    (:func:`tfmatcomp.task.masks.row_column_mass`, the progress measure's definition), averaged
+    over the heads and the ``layers`` (None: all). Chen et al. (ICLR 2024) suppress the attention
+    structure that appears with the drop by such a regularizer to show that it is needed;
+    ``weight > 0`` suppresses the row and column heads, ``weight < 0`` rewards them. The logged
+    losses stay the plain losses. Trained one seed at a time (not by ``train_many``).
+
+    Example:
+        >>> RowColumnAttentionPenalty(1.0).to_dict()["kind"]
+        'row_column_attention_penalty'
+    """
+
+    kind: ClassVar[str] = "row_column_attention_penalty"
+    weight: float
+    layers: tuple[int, ...] | None = None
+    start_step: int = 0
+    end_step: int | None = None
+
+    def __post_init__(self) -> None:
+        w = self.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or w != w or w in (
+                float("inf"), float("-inf")) or w == 0:
+            raise ValueError(f"weight: must be a finite non-zero number (> 0 suppresses, < 0 "
+                             f"rewards the row/column attention), got {w!r}")
+        object.__setattr__(self, "layers", _check_layers(self.layers))
+        _check_window(self)
+
+
+@dataclass(frozen=True)
 class Freeze(DuringTraining):
     """Leave the parameters of ``groups`` (names of :data:`tfmatcomp.models.param_groups.GROUPS`:
     ``"attention"``, ``"mlp"``, ``"token_embed"``, ``"pos_embed"``, ``"all"``, ...) but those of
@@ -386,7 +418,8 @@ class Reinitialize(DuringTraining):
 
 #: Every kind of :class:`DuringTraining`, by ``kind``.
 DURING_TRAINING: dict[str, type[DuringTraining]] = {
-    c.kind: c for c in (AttentionLogitScale, RowColumnAttentionScale, Freeze, Reinitialize)}
+    c.kind: c for c in (AttentionLogitScale, RowColumnAttentionScale, RowColumnAttentionPenalty,
+                        Freeze, Reinitialize)}
 
 
 def during_training_from_dict(data: Any) -> DuringTraining:
@@ -440,7 +473,8 @@ class TrainConfig:
         max_shard_mb: split each checkpoint's weights into shards of at most this many MiB
             (see :func:`tfmatcomp.save_checkpoint`); None: one file.
         interventions: interventions during training (:class:`DuringTraining`: attention-logit
-            scaling, row/column attention scaling, freezing, re-initializing), applied in order;
+            scaling, row/column attention scaling, a row/column attention penalty, freezing,
+            re-initializing), applied in order;
             given as objects or their dicts (JSON), recorded in ``run.json`` and every checkpoint,
             and part of what a resume must match. A run with any takes the float32 step.
     """

@@ -69,6 +69,10 @@ class DistributedTrainer(Trainer):
         if self.objective is not OBJECTIVES["encoder"]:
             raise ValueError("DistributedTrainer: data-parallel training runs the encoder task "
                              "only; train a decoder preset (e.g. gpt-tiny) in one process")
+        if self.plan and self.plan.has_penalty:
+            raise ValueError("interventions: a row_column_attention_penalty is collected on the "
+                             "whole batch; data-parallel ranks see only their rows. Train it in "
+                             "one process")
         n = self.train_cfg.batch_size
         if n < self.world_size:
             raise ValueError(f"batch_size: {n} matrices cannot be shared by {self.world_size} "

@@ -29,15 +29,17 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
 
 import torch
-from jaxtyping import Bool, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from tfmatcomp.validation import check_in_range, check_int_in_range, check_positive_int
 
 __all__ = [
     "positions_to_rows_cols",
+    "row_column_mass",
     "observed_from_matrix",
     "as_matrix",
     "row_mask",
@@ -286,3 +288,42 @@ def format_mask(observed: Bool[Tensor, "pos"], n_rows: int, n_cols: int | None =
     if m.ndim != 2:
         raise ValueError(f"observed: expected a single mask [pos], got shape {tuple(observed.shape)}")
     return "\n".join(" ".join(observed_char if v else masked_char for v in row) for row in m.tolist())
+
+
+def row_column_mass(
+    pattern: Float[Tensor, "batch head query key"],
+    observed: Bool[Tensor, "batch pos"],
+    n_rows: int,
+    n_cols: int,
+    part: Literal["row_or_column", "row", "column"] = "row_or_column",
+) -> Float[Tensor, "head"]:
+    """Per head: the attention mass a masked query puts on the observed keys of its own row or
+    column, pooled over all (matrix, masked query) pairs (NaN when nothing is masked); what the
+    progress measure :func:`tfmatcomp.analyses.dynamics.row_column_attention_mass` reports and
+    the penalty :class:`tfmatcomp.config.RowColumnAttentionPenalty` trains against
+    (differentiable in ``pattern``).
+
+    A key ``k`` counts for query ``q`` when ``k`` is observed and ``row(k) = row(q)`` or
+    ``col(k) = col(q)`` (``part="row"``: the row only; ``"column"``: the column only; a masked
+    ``q`` never counts itself), rows and columns as in
+    :func:`tfmatcomp.task.masks.positions_to_rows_cols`.
+
+    Example:
+        >>> import torch
+        >>> a = torch.zeros(1, 1, 4, 4); a[0, 0, 0, 1] = 0.75; a[0, 0, 0, 3] = 0.25   # 2x2 matrix
+        >>> obs = torch.tensor([[False, True, True, True]])   # query 0 masked: row key 1, column key 2
+        >>> row_column_mass(a, obs, 2, 2).tolist()
+        [0.75]
+    """
+    if part not in ("row_or_column", "row", "column"):
+        raise ValueError(f"part: expected 'row_or_column', 'row' or 'column', got {part!r}")
+    rows, cols = positions_to_rows_cols(n_rows, n_cols, device=pattern.device)
+    same_row, same_col = rows[:, None] == rows[None, :], cols[:, None] == cols[None, :]
+    same = {"row": same_row, "column": same_col, "row_or_column": same_row | same_col}[part]
+    keys = same[None] & observed[:, None, :]                                          # [B, Q, K]
+    mass = (pattern.double() * keys[:, None].double()).sum(-1)                        # [B, H, Q]
+    queries = (~observed).double()                                                    # [B, Q]
+    n = queries.sum()
+    if n == 0:
+        return torch.full((pattern.shape[1],), float("nan"), dtype=torch.float64)
+    return (mass * queries[:, None]).sum((0, 2)) / n

@@ -38,10 +38,11 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from tfmatcomp.config import (AttentionLogitScale, DuringTraining, Freeze, Reinitialize,
-                              RowColumnAttentionScale)
+                              RowColumnAttentionPenalty, RowColumnAttentionScale)
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.models.param_groups import group_predicate
-from tfmatcomp.task.masks import positions_to_rows_cols
+from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.task.masks import positions_to_rows_cols, row_column_mass
 
 __all__ = ["TrainingPlan", "row_column_logit_bias", "fresh_seed"]
 
@@ -92,7 +93,8 @@ class TrainingPlan:
             if layers is not None and any(l >= n_layers for l in layers):
                 raise ValueError(f"{where}: layers must lie in [0, {n_layers - 1}], got "
                                  f"{list(layers)}")
-            if isinstance(iv, RowColumnAttentionScale) and not isinstance(model, HookedEncoder):
+            if isinstance(iv, (RowColumnAttentionScale, RowColumnAttentionPenalty)) and not \
+                    isinstance(model, HookedEncoder):
                 raise ValueError(f"{where}: rows and columns are the encoder's sequence; a "
                                  f"{type(model).__name__} reads another one")
             if isinstance(iv, (Freeze, Reinitialize)):
@@ -163,6 +165,36 @@ class TrainingPlan:
                                      "row/column attention scaling needs the matrix's shape")
             self._bias[key] = row_column_logit_bias(n_rows, n_cols, factor, device)
         return self._bias[key]
+
+    @property
+    def has_penalty(self) -> bool:
+        """True when a :class:`~tfmatcomp.config.RowColumnAttentionPenalty` is among them."""
+        return any(isinstance(iv, RowColumnAttentionPenalty) for iv in self.interventions)
+
+    @contextlib.contextmanager
+    def penalty(self, model: nn.Module, step: int, batch: MatrixBatch) -> Iterator[list[Tensor]]:
+        """For the body of a ``with``: hooks on ``hook_pattern`` that collect the penalty terms of
+        the update from ``step`` on ``batch`` into the yielded list (add their sum to the loss)."""
+        terms: list[Tensor] = []
+        hooks = []
+        for iv in self.interventions:
+            if not (isinstance(iv, RowColumnAttentionPenalty) and iv.active(step)):
+                continue
+            layers = list(range(self.n_layers) if iv.layers is None else iv.layers)
+            scale = iv.weight / len(layers)
+
+            def hook(pattern: Tensor, hook: Any, scale: float = scale) -> Tensor:
+                mass = row_column_mass(pattern, batch.observed, batch.n_rows, batch.n_cols)
+                if not torch.isnan(mass).any():  # nothing masked in the batch: no term
+                    terms.append(scale * mass.mean().to(pattern.dtype))
+                return pattern
+
+            hooks += [(f"blocks.{l}.attn.hook_pattern", hook) for l in layers]
+        if not hooks:
+            yield terms
+            return
+        with model.hooks(fwd_hooks=hooks):
+            yield terms
 
     # ----------------------------------------------------------------- parameters
     def frozen(self, step: int) -> set[str]:

@@ -157,6 +157,10 @@ class MultiSeedTrainer:
         self.train_cfg, self.task, self.device = first.train_cfg, first.task, first.device
         #: the interventions during training, ready to apply (None without any)
         self.plan = first.plan
+        if self.plan and self.plan.has_penalty:
+            raise ValueError("interventions: the batched multi-seed program cannot collect a "
+                             "row_column_attention_penalty inside vmap; train those seeds one at "
+                             "a time (tfmatcomp.train with seed=...)")
         self._build()
 
     # ------------------------------------------------------------------ stacking

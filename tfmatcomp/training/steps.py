@@ -58,8 +58,10 @@ class ExplicitStep(TrainingStep):
             plan.reinitialize(t.step, dict(t.model.named_parameters()), t.optimizer,
                               t.fresh_parameters)
         batch = t.task.sample(t.train_cfg.batch_size, generator=t.train_gen, device=t.device)
-        with t.intervened(t.step):
+        with t.intervened(t.step), t.penalty_terms(t.step, batch) as penalty:
             predictions, loss = self.forward_loss(batch)
+        if penalty:
+            loss = loss + torch.stack(penalty).sum()
         if not torch.isfinite(loss):
             raise FloatingPointError(f"training diverged at step {t.step + 1}: loss is "
                                      f"{loss.item()}; try a lower lr (now {t.train_cfg.lr})")

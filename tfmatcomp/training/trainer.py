@@ -509,6 +509,12 @@ class Trainer:
         attached to the model for the body of a ``with`` (nothing without interventions)."""
         return self.plan.applied(self.model, step) if self.plan else contextlib.nullcontext()
 
+    def penalty_terms(self, step: int, batch: MatrixBatch):
+        """The loss terms of the attention penalties active at the update from ``step``, collected
+        on ``batch`` for the body of a ``with`` (an empty list without any)."""
+        return (self.plan.penalty(self.model, step, batch) if self.plan
+                else contextlib.nullcontext([]))
+
     def fresh_parameters(self, reinit: Reinitialize) -> list[dict[str, torch.Tensor]]:
         """The freshly initialized weights ``reinit`` copies into this run (a one-item list): the
         model's own initialization from ``reinit.seed``, or from a seed of the run's seed and
