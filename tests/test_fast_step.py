@@ -126,9 +126,9 @@ def test_switch_is_honoured_and_fused_adam_goes_with_it():
 
 
 def test_runs_that_must_stay_explicit():
-    with pytest.raises(ValueError, match="fast: .*interventions during training"):
+    with pytest.raises(ValueError, match="fast: .*attention penalty"):
         tm.Trainer("tiny", progress=False, fast=True,
-                   interventions=[{"kind": "freeze", "groups": ["all"], "except_groups": ["mlp"]}])
+                   interventions=[{"kind": "row_column_attention_penalty", "weight": 1.0}])
     with pytest.raises(ValueError, match="fast: .*HookedDecoder"):
         tm.Trainer("gpt-tiny", progress=False, fast=True)
     # left to choose (None), the same runs quietly keep the explicit step even on CUDA

@@ -64,9 +64,43 @@ def test_row_column_scaling_refuses_the_decoder():
         tm.Trainer("gpt-tiny", interventions=[RowColumnAttentionScale(2.0)], progress=False)
 
 
-def test_fast_step_is_refused():
-    with pytest.raises(ValueError, match="interventions during training"):
-        tm.Trainer("tiny", interventions=[Freeze("mlp")], fast=True, progress=False)
+def test_which_step_takes_them():
+    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.training import fast_step
+
+    model = tm.HookedEncoder(tm.get_preset("tiny").model)
+    assert fast_step.blocker(model, False, [Freeze("mlp")], "cpu") is None
+    assert "CUDA" in fast_step.blocker(model, False, [Freeze("mlp")], "cuda")
+    with pytest.raises(ValueError, match="attention penalty"):
+        tm.Trainer("tiny", interventions=[RowColumnAttentionPenalty(1.0)], fast=True,
+                   progress=False)
+
+
+def test_the_cpu_fast_step_applies_them():
+    """The bf16 CPU step runs the components (their hooks with it): the interventions act there."""
+    from tfmatcomp.training.steps import FastTrainerStep
+
+    kw = dict(SMALL, fast=True, device="cpu")
+    init = _params(tm.HookedEncoder(tm.get_preset("tiny").model, seed=0))
+    trainer = tm.Trainer("tiny", interventions=[Freeze("mlp"), RowColumnAttentionScale(10.0)], **kw)
+    assert isinstance(trainer.training_step(), FastTrainerStep)
+    frozen = trainer.run().model
+    assert all(torch.equal(_params(frozen)[n], init[n])
+               for n in group_parameter_names(frozen, "mlp"))
+    plain = tm.train("tiny", **kw).model
+    assert not torch.equal(frozen.blocks[0].attn.W_Q, plain.blocks[0].attn.W_Q)
+    # the first update's loss is the initial model's with the row/column scaling (to bf16)
+    scaled = tm.train("tiny", interventions=[RowColumnAttentionScale(10.0)], **kw)
+    preset = tm.get_preset("tiny")
+    model = tm.HookedEncoder(preset.model, seed=0)
+    batch = preset.task.build().sample(8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), TrainingPlan([RowColumnAttentionScale(10.0)], model, 4).applied(model, 0):
+        hooked = tm.losses(model(batch.tokens), batch)["L"].item()
+    with torch.no_grad():
+        unhooked = tm.losses(model(batch.tokens), batch)["L"].item()
+    first = scaled.metrics["train_L"].iloc[0]
+    assert first == pytest.approx(hooked, rel=0.02)
+    assert abs(first - hooked) < abs(first - unhooked)
 
 
 # ------------------------------------------------------------------ effects

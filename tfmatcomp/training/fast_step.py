@@ -55,11 +55,12 @@ import ctypes
 import ctypes.util
 import functools
 import sys
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from tfmatcomp.config import DuringTraining, RowColumnAttentionPenalty
 from tfmatcomp.datapath import CPU_MIN_D_MODEL, cpu_bf16_units
 from tfmatcomp.models.components.hook_point import is_hooked
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
@@ -160,20 +161,27 @@ def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None,
     return decide(fast, device, blocked_by, d_model)[0]
 
 
-def blocker(model: nn.Module, own_step: bool, interventions: Sequence[object] = ()) -> str | None:
+def blocker(model: nn.Module, own_step: bool, interventions: Sequence[DuringTraining] = (),
+            device: torch.device | str = "cpu") -> str | None:
     """Why a run must keep the explicit step (None: it may take the fast one).
 
     Args:
         model: the model trained.
         own_step: the trainer class replaces the training step (data-parallel training).
-        interventions: the run's interventions during training (``TrainConfig.interventions``).
+        interventions: the run's interventions during training (``TrainConfig.interventions``):
+            the CPU fast step applies attention scaling, freezing and re-initializing (its
+            forward runs the components, hooks included); the compiled CUDA step none, and
+            neither the attention penalty.
+        device: where the run trains.
     """
     if not isinstance(model, HookedEncoder):
         return f"a {type(model).__name__} (the fast step trains the encoder)"
     if own_step:
         return "a trainer with its own training step"
-    if interventions:
-        return "interventions during training (TrainConfig.interventions)"
+    if interventions and torch.device(device).type != "cpu":
+        return "interventions during training on CUDA (its step is compiled)"
+    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in interventions):
+        return "a row/column attention penalty (TrainConfig.interventions)"
     return None
 
 
@@ -297,12 +305,16 @@ class FastStep:
             predictions = torch.func.functional_call(self._unchecked, weights, (tokens,)).float()
         return predictions, mse(predictions, values)  # the loss in float32
 
-    def update(self, batch: MatrixBatch) -> Tensor:
+    def update(self, batch: MatrixBatch, before_step: Callable[[], None] | None = None) -> Tensor:
         """One optimizer update on ``batch``; returns the (float32) predictions it used. Never
-        reads a tensor back on CUDA: a non-finite loss only sets a flag for :meth:`check_finite`."""
+        reads a tensor back on CUDA: a non-finite loss only sets a flag for :meth:`check_finite`.
+        ``before_step`` runs between the backward pass and the optimizer step (frozen parameters
+        drop their gradients there)."""
         predictions, loss = self._forward(batch.tokens, batch.values)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if before_step is not None:
+            before_step()
         self.optimizer.step()
         self._bad |= ~torch.isfinite(loss.detach())
         return predictions.float()

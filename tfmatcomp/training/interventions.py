@@ -12,9 +12,11 @@ and a resume must match them. A :class:`TrainingPlan` turns them into what an up
 * :meth:`TrainingPlan.reinitialize`: the parameters of a group drawn afresh from the model's own
   initialization before an update, their Adam state cleared.
 
-The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`) and the multi-seed step
-(:class:`~tfmatcomp.training.multiseed.VmapStep`) call these; the fast bf16 step does not, so a run
-with interventions takes the float32 step. Evaluations logged after an intervened update run with
+The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`), the multi-seed step
+(:class:`~tfmatcomp.training.multiseed.VmapStep`) and, on a CPU, the fast bf16 step
+(:class:`~tfmatcomp.training.steps.FastTrainerStep`, whose forward runs the components and so
+their hooks) call these; the compiled CUDA step does not, and a run with the attention penalty
+takes the float32 step (:func:`tfmatcomp.training.fast_step.blocker` says why). Evaluations logged after an intervened update run with
 that update's hooks (the model as trained); checkpoints hold the plain weights.
 
 Example:
@@ -150,7 +152,8 @@ class TrainingPlan:
 
     def _row_column(self, factor: float) -> HookFn:
         def hook(scores: Tensor, hook: Any) -> Tensor:
-            return scores + self._row_column_bias(scores.shape[-1], factor, scores.device)
+            bias = self._row_column_bias(scores.shape[-1], factor, scores.device)
+            return scores + bias.to(scores.dtype)  # the fast step's scores are bf16
         return hook
 
     def _row_column_bias(self, n_pos: int, factor: float, device: torch.device) -> Tensor:

@@ -92,10 +92,19 @@ class FastTrainerStep(ExplicitStep):
         self.fast = fast_step.FastStep(trainer.model, trainer.optimizer)
 
     def update(self) -> tuple[Tensor, MatrixBatch]:
-        """One optimizer update; never reads a tensor back (see :meth:`check_finite`)."""
+        """One optimizer update; never reads a tensor back (see :meth:`check_finite`). The
+        interventions during training it may take (on a CPU: attention scaling, freezing,
+        re-initializing) act as in :class:`ExplicitStep`."""
         t = self.trainer
+        plan, step = t.plan, t.step
+        if plan:
+            plan.reinitialize(step, dict(t.model.named_parameters()), t.optimizer,
+                              t.fresh_parameters)
         batch = fast_step.sample_batch(t.task, t.train_cfg.batch_size, t.train_gen, t.device)
-        return self.fast.update(batch), batch
+        with t.intervened(step):
+            predictions = self.fast.update(batch, before_step=plan and (
+                lambda: plan.drop_frozen_grads(step, dict(t.model.named_parameters()))))
+        return predictions, batch
 
     def check_finite(self, step: int) -> None:
         self.fast.check_finite(step)
