@@ -3,16 +3,8 @@
 The LLC ``lambda(w*)`` measures how degenerate the loss landscape is around the weights ``w*``
 (Lau et al., "The local learning coefficient: a singularity-aware complexity measure", 2023).
 It is estimated by sampling weights ``w`` near ``w*`` from the tempered, localized posterior
-
-.. code-block:: text
-
-    p(w) ~ exp( -nbeta * L_n(w) - gamma / 2 * |w - w*|^2 )
-
-with SGLD (stochastic-gradient Langevin dynamics) and reading off
-
-.. code-block:: text
-
-    llc = nbeta * ( E_w[ L_n(w) ] - L_n(w*) ).
+``p(w) ~ exp(-nbeta * L_n(w) - gamma / 2 * |w - w*|^2)`` with SGLD (stochastic-gradient Langevin
+dynamics) and reading off ``llc = nbeta * (E_w[L_n(w)] - L_n(w*))``.
 
 Here ``L_n`` is the **training loss** of matrix completion, the MSE over all entries (``L``,
 :func:`tfmatcomp.task.metrics.mse`), on a fixed pool of ``n_matrices`` matrices drawn by a seeded
@@ -24,9 +16,9 @@ not).
 
 **What devinterp does here.** The SGLD step is devinterp's optimizer, ``SGMCMC.sgld`` (the one
 behind devinterp's ``sample()``, with its localization prior centred on ``w*`` and its per-element
-parameter masks); the chain loop is ours, because devinterp 2's ``sample()`` reads a
-HuggingFace dataset of ``input_ids`` with a next-token loss, while this task's loss needs the
-values and the mask of each matrix. devinterp is an optional extra, imported on first use:
+parameter masks); the chain loop is ours, because devinterp 2's ``sample()`` gives its loss only
+the ``input_ids`` of a HuggingFace dataset (a per-token loss of shape ``[batch, seq - 1]``), while
+this task's loss needs each matrix's values, and it seeds the global RNG. devinterp is an optional extra, imported on first use:
 ``pip install "tfmatcomp[llc]"``.
 
 **Restricting to parameter groups.** ``groups`` (:mod:`tfmatcomp.models.param_groups`:
@@ -53,8 +45,9 @@ positive                   ``llc_mean > 0`` (a negative estimate means the chain
 chains agree               ``llc_std / llc_mean <= max_rel_std`` (``llc_std``: the standard
                            deviation of the per-chain estimates, ``ddof=0`` as devinterp's
                            ``llc_std``)
-flat after burn-in         ``|nbeta * (mean loss over the draws' second half - mean over their
-                           first half)| / llc_mean <= max_rel_drift`` (chain-averaged traces):
+flat after burn-in         ``abs(drift) / llc_mean <= max_rel_drift``, ``drift`` being
+                           ``nbeta * (mean loss over the draws' second half - mean over their
+                           first half)`` of the chain-averaged trace:
                            the chains have reached equilibrium rather than still climbing
                            (burn-in too short) or running away
 =========================  ===================================================================
@@ -138,8 +131,10 @@ class LLCSettings:
     """How an LLC estimate samples; recorded with every result (:meth:`to_dict`).
 
     The defaults are the calibration on the bundled ``tiny`` run (docs/dynamics.md, "The local
-    learning coefficient"): chains flat after burn-in and agreeing at every checkpoint there.
-    Another model size or task needs its own calibration (a smaller ``lr`` for larger models).
+    learning coefficient"): below ``lr`` 3e-4 the estimate no longer depends on the step size,
+    and the whole model's estimate is stable at every one of its checkpoints. The value depends
+    on ``localization`` and ``nbeta``: compare estimates made with the same settings. Another
+    model size or task needs its own calibration.
 
     Attributes:
         lr: the SGLD step size ``epsilon`` (> 0).
