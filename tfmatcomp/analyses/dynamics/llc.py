@@ -240,7 +240,7 @@ class LLCResult:
     llc_per_chain: tuple[float, ...]
     llc_std: float
     init_loss: float
-    trace: Float[Tensor, "chain step"] = dataclasses.field(repr=False)
+    trace: Float[Tensor, "chain step"] = dataclasses.field(repr=False, compare=False)
     rel_std: float
     drift: float
     rel_drift: float
