@@ -243,6 +243,19 @@ def test_penalty_refused_where_it_cannot_be_collected():
     from tfmatcomp.config import RowColumnAttentionPenalty
 
     with pytest.raises(ValueError, match="one at a time"):
-        tm.train_many("tiny", seeds=[0, 1], interventions=[RowColumnAttentionPenalty(1.0)], **SMALL)
+        tm.MultiSeedTrainer("tiny", seeds=[0, 1], interventions=[RowColumnAttentionPenalty(1.0)],
+                            progress=False)
     with pytest.raises(ValueError, match="weight"):
         RowColumnAttentionPenalty(0.0)
+
+
+def test_train_many_trains_penalized_seeds_one_at_a_time(tmp_path):
+    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.runs.layout import GROUP_FILE
+
+    ivs = [RowColumnAttentionPenalty(1.0)]
+    group = tm.train_many("tiny", seeds=[0, 1], interventions=ivs, out_dir=tmp_path / "g", **SMALL)
+    assert json.loads((tmp_path / "g" / GROUP_FILE).read_text())["seeds"] == [0, 1]
+    single = tm.train("tiny", seed=1, interventions=ivs, **SMALL)
+    assert group[1].metrics["eval_L"].tolist() == single.metrics["eval_L"].tolist()
+    assert group.step == 6 and (tmp_path / "g" / "seed-1" / "run.json").exists()

@@ -343,7 +343,8 @@ class RowColumnAttentionPenalty(DuringTraining):
     over the heads and the ``layers`` (None: all). Chen et al. (ICLR 2024) suppress the attention
     structure that appears with the drop by such a regularizer to show that it is needed;
     ``weight > 0`` suppresses the row and column heads, ``weight < 0`` rewards them. The logged
-    losses stay the plain losses. Trained one seed at a time (not by ``train_many``).
+    losses stay the plain losses. ``train_many`` trains such seeds one at a time (the batched
+    program cannot collect the penalty inside ``vmap``); data-parallel training refuses it.
 
     Example:
         >>> RowColumnAttentionPenalty(1.0).to_dict()["kind"]

@@ -38,7 +38,7 @@ from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.layout import GROUP_FILE, has_training_state, list_checkpoints, seed_dir
-from tfmatcomp.config import Preset, Reinitialize
+from tfmatcomp.config import Preset, Reinitialize, RowColumnAttentionPenalty
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.training.loop import (
@@ -159,8 +159,8 @@ class MultiSeedTrainer:
         self.plan = first.plan
         if self.plan and self.plan.has_penalty:
             raise ValueError("interventions: the batched multi-seed program cannot collect a "
-                             "row_column_attention_penalty inside vmap; train those seeds one at "
-                             "a time (tfmatcomp.train with seed=...)")
+                             "row_column_attention_penalty inside vmap; train_many trains such "
+                             "seeds one at a time")
         self._build()
 
     # ------------------------------------------------------------------ stacking
@@ -459,5 +459,28 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         >>> [(s, r.step) for s, r in runs]
         [(0, 10), (1, 10), (2, 10)]
     """
-    check_resume_overwrite(resume, RunSetup.from_keywords(preset, keywords).overwrite)
+    setup = RunSetup.from_keywords(preset, keywords)
+    check_resume_overwrite(resume, setup.overwrite)
+    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in setup.configs()[2].interventions):
+        return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
     return resume_and_run(MultiSeedTrainer(preset, seeds=seeds, **keywords), resume)
+
+
+def _one_seed_at_a_time(preset: str | Preset, seeds: list[int], resume: bool, setup: RunSetup,
+                        keywords: dict[str, Any]) -> MultiSeedResult:
+    """:func:`train_many` for a run the batched program cannot train (an attention penalty is
+    collected outside ``vmap``): each seed trained by :func:`~tfmatcomp.train` in turn, into the
+    same ``out_dir/seed-{s}`` directories and ``seeds.json``."""
+    from tfmatcomp.training.trainer import train
+
+    if "seed" in setup.train_overrides:
+        raise ValueError("seed: give the seeds with seeds=..., not seed=")
+    out = Path(setup.out_dir) if setup.out_dir is not None else None
+    if out is not None:
+        write_group_file(out, seeds)
+    own = {k: v for k, v in keywords.items() if k != "out_dir"}
+    results = {s: train(preset, seed=s, resume=resume,
+                        out_dir=seed_dir(out, s) if out is not None else None, **own)
+               for s in seeds}
+    return MultiSeedResult(seeds=seeds, results=results, out_dir=out,
+                           step=min(r.step for r in results.values()))
