@@ -8,7 +8,7 @@ DataFrames) and ``section.text``; :data:`SECTIONS` maps each key to its title an
 Example:
     >>> from tfmatcomp.report.sections import SECTIONS
     >>> list(SECTIONS)[:3]
-    ['training', 'components', 'copying']
+    ['training', 'before_drop', 'components']
 """
 
 from __future__ import annotations
