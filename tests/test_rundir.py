@@ -456,3 +456,19 @@ def test_one_listing_of_checkpoints(tmp_path):
     assert list(list_checkpoints(tmp_path)) == [5]
     assert list(list_checkpoints(tmp_path, complete=False)) == [5, 12]
     assert tm.list_checkpoints is list_checkpoints
+
+
+def test_resume_leaves_training_state_in_its_checkpoint_alone(tmp_path, monkeypatch):
+    """Killed between writing a checkpoint and stripping the older one's state, a run holds two
+    checkpoints with state; resuming (even with nothing left to train) keeps the state of the
+    checkpoint it continues from only."""
+    kw = dict(model_cfg=cfg(), batch_size=8, log_every=5, checkpoint_every=5, checkpoint_steps=(),
+              device="cpu", progress=False)
+    out = tmp_path / "run"
+    tm.train("tiny", out_dir=out, n_steps=5, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "strip_older_states", lambda self: None)  # the kill, in effect
+        tm.train("tiny", out_dir=out, n_steps=10, resume=True, **kw)
+    assert [s for s, p in tm.list_checkpoints(out).items() if (p / STATE_FILE).exists()] == [5, 10]
+    tm.train("tiny", out_dir=out, n_steps=10, resume=True, **kw)
+    assert [s for s, p in tm.list_checkpoints(out).items() if (p / STATE_FILE).exists()] == [10]

@@ -323,7 +323,7 @@ class MultiSeedTrainer:
             raise ValueError("out_dir: resume needs a run directory")
         self.claim(resuming=True)
         rundir.check_group_resumable(self.out_dir, self.seeds)
-        if not any([t.resume() for t in self.trainers]):
+        if not any([t.resume_latest() for t in self.trainers]):
             return False
         steps = {t.step for t in self.trainers}
         if len(steps) > 1:
@@ -332,6 +332,8 @@ class MultiSeedTrainer:
             for t in self.trainers:
                 if t.step != target:
                     _resume_at(t, target)
+        for t in self.trainers:
+            t.strip_older_states()
         self._build()
         return True
 

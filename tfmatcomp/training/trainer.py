@@ -339,6 +339,15 @@ class Trainer:
                 directory holds something else than this run.
             RunDirLockedError: if another trainer is writing to the directory.
         """
+        found = self.resume_latest()
+        # a run killed between writing a checkpoint and stripping the one before holds two with
+        # training state; it continues from the latest alone
+        self.strip_older_states()
+        return found
+
+    def resume_latest(self) -> bool:
+        """:meth:`resume` without dropping the training state of older checkpoints (a seed group
+        resumes its seeds so, then moves them to their common step)."""
         if self.out_dir is None:
             raise ValueError("out_dir: resume needs a run directory")
         self.claim(resuming=True)
