@@ -93,7 +93,8 @@ def test_report_section_before_the_drop(tmp_path):
     expected = lead_times(table, "tiny").set_index("measure")["lead"]
     got = summary.set_index("measure")["median_lead"]
     assert got["row_column_attention_mass.max_head"] == pytest.approx(
-        expected["row_column_attention_mass.max_head"])
+        round(expected["row_column_attention_mass.max_head"]))
+    assert f"by {round(expected['row_column_attention_mass.max_head']):,} steps" in s.text
     assert 'id="before_drop"' in report.path.read_text()
 
 

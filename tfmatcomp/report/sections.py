@@ -291,18 +291,21 @@ def _before_drop(ctx: RunContext, s: Section) -> None:
         return
     leads = lead_times(table, ctx.run_dir)
     summary = lead_time_summary(leads).sort_values("median_lead", ascending=False)
-    s.items.append(summary)
+    s.items.append(summary.round(0))
     moved = summary[summary["median_lead"] > 0]
+    head = summary.set_index("measure")["median_lead"].get("row_column_attention_mass.max_head")
     s.text += (f"A measure's lead is the loss's onset (step {ctx.drop.drop_start:,.0f}) minus the "
                "first checkpoint from which on it stays 10% of the way from its plateau value to "
                f"its final value; with checkpoints {spacing:,} steps apart (at the closest), a "
                f"lead is exact to that spacing. {len(moved)} of {len(summary)} measures moved "
                "before the loss")
-    if len(moved):
-        top = moved.iloc[0]
-        s.text += f"; the earliest, {top['measure']}, by {top['median_lead']:,.0f} steps"
-    s.text += (". Over the seeds of a group: tfmatcomp dynamics GROUP --lead (docs/dynamics.md, "
-               "lead times).")
+    if head is not None and head == head:
+        s.text += (f"; the strongest head's attention on its own row and column (the first sign "
+                   f"of the drop over eight seeds of tiny) by {head:,.0f} steps")
+    s.text += (". Slow, steady changes on the plateau (L_obs still falling after copying, the "
+               "embeddings' collapse) cross their 10% mark early without timing the drop. Over "
+               "the seeds of a group: tfmatcomp dynamics GROUP --lead (docs/dynamics.md, lead "
+               "times).")
 
 
 def _embeddings(ctx: RunContext, s: Section) -> None:
