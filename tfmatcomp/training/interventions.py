@@ -16,16 +16,19 @@ The float32 step (:class:`~tfmatcomp.training.steps.ExplicitStep`), the multi-se
 (:class:`~tfmatcomp.training.multiseed.VmapStep`) and, on a CPU, the fast bf16 step
 (:class:`~tfmatcomp.training.steps.FastTrainerStep`, whose forward runs the components and so
 their hooks) call these; the compiled CUDA step does not, and a run with the attention penalty
-takes the float32 step (:func:`tfmatcomp.training.fast_step.blocker` says why). Evaluations logged after an intervened update run with
-that update's hooks (the model as trained); checkpoints hold the plain weights.
+takes the float32 step (:func:`tfmatcomp.training.fast_step.blocker` says why). Evaluations logged
+after an intervened update run with that update's hooks (the model as trained); checkpoints hold
+the plain weights.
 
 Example:
     >>> import tfmatcomp as tm
     >>> from tfmatcomp.config import RowColumnAttentionScale
+    >>> scale = RowColumnAttentionScale(10.0, start_step=10)
     >>> r = tm.train("tiny", n_steps=20, batch_size=8, log_every=10, progress=False,
-    ...              interventions=[RowColumnAttentionScale(10.0, start_step=10)])
-    >>> r.step, TrainingPlan.for_model(r.model, tm.get_preset("tiny").train.interventions) is None
-    (20, True)
+    ...              interventions=[scale])
+    >>> plan = TrainingPlan([scale], r.model)
+    >>> [name for name, _ in plan.fwd_hooks(9)], [name for name, _ in plan.fwd_hooks(10)]
+    ([], ['blocks.0.attn.hook_attn_scores', 'blocks.1.attn.hook_attn_scores'])
 """
 
 from __future__ import annotations
