@@ -469,8 +469,8 @@ def _dynamics(args: argparse.Namespace) -> int:
         from tfmatcomp.analyses.dynamics.lead import lead_time_summary, lead_times
 
         leads = lead_times(table, args.run)
-        lead_out = out.with_name(out.name.replace(".dynamics.csv", "") + ".lead.csv"
-                                 if out.name.endswith(".dynamics.csv") else out.stem + ".lead.csv")
+        lead_out = out.with_name(out.name.removesuffix(".csv").removesuffix(".dynamics")
+                                 + ".lead.csv")
         leads.to_csv(lead_out, index=False)
         print(lead_time_summary(leads).to_string(index=False, float_format=lambda x: f"{x:.0f}"))
         print(f"leads per seed written to {lead_out}")

@@ -260,8 +260,11 @@ def _check_groups(groups: Any) -> tuple[str, ...]:
     return tuple(groups)
 
 
-def _check_layers(layers: Any) -> tuple[int, ...] | None:
-    return None if layers is None else tuple(check_int_list("layers", layers, lo=0))
+def _check_layers_and_window(spec: "DuringTraining") -> None:
+    """Check an attention intervention's ``layers`` (stored as a tuple) and its window."""
+    if spec.layers is not None:
+        object.__setattr__(spec, "layers", tuple(check_int_list("layers", spec.layers, lo=0)))
+    _check_window(spec)
 
 
 @dataclass(frozen=True)
@@ -305,8 +308,7 @@ class AttentionLogitScale(DuringTraining):
 
     def __post_init__(self) -> None:
         check_positive_float("scale", self.scale)
-        object.__setattr__(self, "layers", _check_layers(self.layers))
-        _check_window(self)
+        _check_layers_and_window(self)
 
 
 @dataclass(frozen=True)
@@ -331,8 +333,7 @@ class RowColumnAttentionScale(DuringTraining):
 
     def __post_init__(self) -> None:
         check_positive_float("factor", self.factor)
-        object.__setattr__(self, "layers", _check_layers(self.layers))
-        _check_window(self)
+        _check_layers_and_window(self)
 
 
 @dataclass(frozen=True)
@@ -363,8 +364,7 @@ class RowColumnAttentionPenalty(DuringTraining):
                 float("inf"), float("-inf")) or w == 0:
             raise ValueError(f"weight: must be a finite non-zero number (> 0 suppresses, < 0 "
                              f"rewards the row/column attention), got {w!r}")
-        object.__setattr__(self, "layers", _check_layers(self.layers))
-        _check_window(self)
+        _check_layers_and_window(self)
 
 
 @dataclass(frozen=True)

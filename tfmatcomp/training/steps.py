@@ -53,10 +53,7 @@ class ExplicitStep(TrainingStep):
             FloatingPointError: the loss is not finite (nothing is updated).
         """
         t = self.trainer
-        plan = t.plan  # interventions during training (None without any)
-        if plan:
-            plan.reinitialize(t.step, dict(t.model.named_parameters()), t.optimizer,
-                              t.fresh_parameters)
+        t.reinitialize_due(t.step)
         batch = t.task.sample(t.train_cfg.batch_size, generator=t.train_gen, device=t.device)
         with t.intervened(t.step), t.penalty_terms(t.step, batch) as penalty:
             predictions, loss = self.forward_loss(batch)
@@ -67,8 +64,7 @@ class ExplicitStep(TrainingStep):
                                      f"{loss.item()}; try a lower lr (now {t.train_cfg.lr})")
         t.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if plan:
-            plan.drop_frozen_grads(t.step, dict(t.model.named_parameters()))
+        t.drop_frozen_grads(t.step)
         t.optimizer.step()
         return predictions, batch
 
@@ -95,15 +91,11 @@ class FastTrainerStep(ExplicitStep):
         """One optimizer update; never reads a tensor back (see :meth:`check_finite`). The
         interventions during training it may take (on a CPU: attention scaling, freezing,
         re-initializing) act as in :class:`ExplicitStep`."""
-        t = self.trainer
-        plan, step = t.plan, t.step
-        if plan:
-            plan.reinitialize(step, dict(t.model.named_parameters()), t.optimizer,
-                              t.fresh_parameters)
+        t, step = self.trainer, self.trainer.step
+        t.reinitialize_due(step)
         batch = fast_step.sample_batch(t.task, t.train_cfg.batch_size, t.train_gen, t.device)
         with t.intervened(step):
-            predictions = self.fast.update(batch, before_step=plan and (
-                lambda: plan.drop_frozen_grads(step, dict(t.model.named_parameters()))))
+            predictions = self.fast.update(batch, before_step=lambda: t.drop_frozen_grads(step))
         return predictions, batch
 
     def check_finite(self, step: int) -> None:

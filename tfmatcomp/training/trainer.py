@@ -219,6 +219,8 @@ class Trainer:
             self.train_cfg.fast, self.device,
             fast_step.blocker(self.model, own_step, self.train_cfg.interventions, self.device),
             getattr(self.model_cfg, "d_model", None))
+        #: the model's parameters by name (the same objects for the whole run)
+        self._named_parameters = dict(self.model.named_parameters())
         #: the run's interventions during training, ready to apply (None without any)
         self.plan = TrainingPlan.for_model(
             self.model, self.train_cfg.interventions,
@@ -517,6 +519,18 @@ class Trainer:
         """The hooks of the interventions during training active at the update from ``step``,
         attached to the model for the body of a ``with`` (nothing without interventions)."""
         return self.plan.applied(self.model, step) if self.plan else contextlib.nullcontext()
+
+    def reinitialize_due(self, step: int) -> None:
+        """Before the update from ``step``: the re-initializations due then (nothing without)."""
+        if self.plan:
+            self.plan.reinitialize(step, self._named_parameters, self.optimizer,
+                                   self.fresh_parameters)
+
+    def drop_frozen_grads(self, step: int) -> None:
+        """Between the backward pass and the optimizer step of the update from ``step``: drop the
+        gradients of the parameters frozen then (nothing without interventions)."""
+        if self.plan:
+            self.plan.drop_frozen_grads(step, self._named_parameters)
 
     def penalty_terms(self, step: int, batch: MatrixBatch):
         """The loss terms of the attention penalties active at the update from ``step``, collected

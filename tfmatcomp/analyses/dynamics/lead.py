@@ -57,14 +57,20 @@ def departure_step(steps: Sequence[int], values: Sequence[float], onset: float, 
                          f"{t.shape} and {v.shape}")
     order = np.argsort(t)
     t, v = t[order], v[order]
-    early = t <= onset / 2
-    plateau = float(np.median(v[early])) if early.any() else float(v[0])
+    plateau = _plateau_value(t, v, onset)
     change = v[-1] - plateau
     if not np.isfinite(change) or abs(change) < min_change:
         return None
     moved = (v - plateau) / change >= fraction
     stays = np.logical_and.accumulate(moved[::-1])[::-1]
     return int(t[np.argmax(stays)]) if stays.any() else None
+
+
+def _plateau_value(steps: np.ndarray, values: np.ndarray, onset: float) -> float:
+    """The median of ``values`` (sorted by ``steps``) at or before half the onset; the first value
+    when no checkpoint is that early."""
+    early = steps <= onset / 2
+    return float(np.median(values[early])) if early.any() else float(values[0])
 
 
 def lead_times(measures: pd.DataFrame, run: str | os.PathLike, *, column: str = "eval_L_mask",
@@ -96,13 +102,12 @@ def lead_times(measures: pd.DataFrame, run: str | os.PathLike, *, column: str = 
             dep = None if onset is None else departure_step(group["step"], group["value"], onset,
                                                             fraction=fraction)
             t = group.sort_values("step")
-            early = t["step"] <= (onset or 0) / 2
+            steps, values = t["step"].to_numpy(dtype=float), t["value"].to_numpy(dtype=float)
             rows.append({
                 "seed": seed, "measure": name, "onset": onset, "departure": dep,
                 "lead": (onset - dep) if dep is not None else np.nan,
-                "plateau_value": float(t.loc[early, "value"].median()) if early.any()
-                else float(t["value"].iloc[0]),
-                "final_value": float(t["value"].iloc[-1])})
+                "plateau_value": _plateau_value(steps, values, onset or 0),
+                "final_value": float(values[-1])})
     return pd.DataFrame(rows, columns=list(LEAD_COLUMNS))
 
 
