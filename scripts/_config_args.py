@@ -1,9 +1,12 @@
-"""The configuration arguments the search scripts share (``preset_search.py``, ``gpt_search.py``):
-a preset's task and model with sizes overridden from the command line.
+"""The arguments the search scripts share (``preset_search.py``, ``gpt_search.py``): a preset's
+task and model with sizes overridden from the command line, and the training options.
 
     ap = argparse.ArgumentParser()
     add_config_args(ap)
-    task_cfg, model_cfg = configs_from_args(ap.parse_args([]), tm.get_preset("tiny"))
+    add_training_args(ap, out_help="run directory")
+    args = ap.parse_args(["--out", "runs/x", "--lr", "1e-3"])
+    task_cfg, model_cfg = configs_from_args(args, tm.get_preset("tiny"))
+    training_overrides(args)  # {"lr": 0.001}
 """
 
 from __future__ import annotations
@@ -43,3 +46,24 @@ def configs_from_args(args: argparse.Namespace, preset: tm.Preset,
         sizes["d_head"] = args.d_head
     model_cfg = dataclasses.replace(preset.model, n_ctx=n_ctx(task_cfg.n_positions), **sizes)
     return task_cfg, model_cfg
+
+
+def add_training_args(ap: argparse.ArgumentParser, out_help: str) -> None:
+    """Add ``--out --threads --steps --batch-size --lr --log-every --checkpoint-every`` to ``ap``."""
+    ap.add_argument("--out", required=True, help=out_help)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--steps", type=int)
+    ap.add_argument("--batch-size", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--log-every", type=int)
+    ap.add_argument("--checkpoint-every", type=int,
+                    help="also checkpoint every this many steps, so a stopped run resumes near "
+                    "where it stopped (default: the preset's)")
+
+
+def training_overrides(args: argparse.Namespace, **more) -> dict:
+    """The :class:`tfmatcomp.TrainConfig` fields set by :func:`add_training_args`'s options (and
+    ``more``), leaving out those not given."""
+    given = {"n_steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
+             "log_every": args.log_every, "checkpoint_every": args.checkpoint_every, **more}
+    return {k: v for k, v in given.items() if v is not None}

@@ -21,7 +21,7 @@ import tfmatcomp as tm
 from tfmatcomp.task import gpt as gpt_task
 from tfmatcomp.analyses.dynamics import detect_drop
 
-from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
+from _config_args import add_config_args, add_training_args, configs_from_args, training_overrides  # scripts/, beside this file
 
 COLUMNS = ["step", "eval_CE_obs", "eval_CE_mask", "eval_acc_obs", "eval_acc_mask", "eval_L_mask",
            "eval_gen_acc_mask", "eval_gen_L_mask"]
@@ -30,14 +30,8 @@ COLUMNS = ["step", "eval_CE_obs", "eval_CE_mask", "eval_acc_obs", "eval_acc_mask
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="gpt-tiny")
-    ap.add_argument("--out", required=True, help="run directory (resumed if present)")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--steps", type=int)
     ap.add_argument("--seed", type=int)
-    ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--lr", type=float)
-    ap.add_argument("--log-every", type=int)
-    ap.add_argument("--checkpoint-every", type=int)
+    add_training_args(ap, out_help="run directory (resumed if present)")
     add_config_args(ap)
     ap.add_argument("--every", type=int, default=250, help="steps between rows of the printed curve")
     args = ap.parse_args()
@@ -45,11 +39,7 @@ def main() -> None:
 
     preset = tm.get_preset(args.preset)
     task_cfg, model_cfg = configs_from_args(args, preset, n_ctx=gpt_task.sequence_length)
-    overrides = {k: v for k, v in {"n_steps": args.steps, "seed": args.seed,
-                                   "batch_size": args.batch_size, "lr": args.lr,
-                                   "log_every": args.log_every,
-                                   "checkpoint_every": args.checkpoint_every}.items()
-                 if v is not None}
+    overrides = training_overrides(args, seed=args.seed)
     result = tm.train(preset, model_cfg=model_cfg, task_cfg=task_cfg, out_dir=args.out,
                       resume=True, device="cpu", progress=False, **overrides)
 

@@ -35,25 +35,17 @@ from tfmatcomp.analyses.dynamics import detect_drop
 from tfmatcomp.runs.layout import seed_dir
 from tfmatcomp.training.multiseed import parse_seeds
 
-from _config_args import add_config_args, configs_from_args  # scripts/, beside this file
+from _config_args import add_config_args, add_training_args, configs_from_args, training_overrides  # scripts/, beside this file
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--seeds", default="0-15")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", required=True, help="multi-seed run directory (resumed if present)")
-    ap.add_argument("--steps", type=int)
-    ap.add_argument("--batch-size", type=int)
-    ap.add_argument("--lr", type=float)
+    add_training_args(ap, out_help="multi-seed run directory (resumed if present)")
     add_config_args(ap)
     ap.add_argument("--eval-samples", type=int, default=512)
     ap.add_argument("--eval-batch-size", type=int, help="eval batch of the metrics log")
-    ap.add_argument("--log-every", type=int)
-    ap.add_argument("--checkpoint-every", type=int,
-                    help="also checkpoint every this many steps, so a stopped run resumes near "
-                    "where it stopped (default: the preset's)")
     ap.add_argument("--fast", action=argparse.BooleanOptionalAction, default=None,
                     help="the fast (bf16) step; it trains the seeds one after another (the batched "
                     "multi-seed program runs float32). Default: where it pays (tfmatcomp.training.fast_step)")
@@ -65,12 +57,8 @@ def main() -> None:
 
     preset = tm.get_preset(args.preset)
     task_cfg, model_cfg = configs_from_args(args, preset)
-    overrides = {k: v for k, v in {"n_steps": args.steps, "batch_size": args.batch_size,
-                                   "lr": args.lr, "eval_batch_size": args.eval_batch_size,
-                                   "log_every": args.log_every, "fast": args.fast,
-                                   "checkpoint_every": args.checkpoint_every,
-                                   "interventions": args.intervention}.items()
-                 if v is not None}
+    overrides = training_overrides(args, eval_batch_size=args.eval_batch_size, fast=args.fast,
+                                   interventions=args.intervention)
     probe = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
                        progress=False, **overrides)
     print(probe.step_reason, flush=True)
@@ -89,14 +77,20 @@ def main() -> None:
     nuclear = float(complete_nuclear_norm(batch).losses(batch)["L_mask"])
     rows = []
     for seed, result in runs:
-        drop = detect_drop(result.metrics)
         with torch.no_grad():
             final = float(tm.losses(result.model(batch.tokens), batch)["L_mask"])
+        try:
+            drop = detect_drop(result.metrics)
+        except ValueError as e:  # a log too short to judge: no drop, and say why
+            print(f"seed {seed}: {e}")
+            rows.append({"seed": seed, "has_drop": False, "final_L_mask": final})
+            continue
         rows.append({"seed": seed, "has_drop": drop.has_drop, "onset": drop.drop_start,
                      "drop_step": drop.drop_step, "end": drop.drop_end,
                      "plateau": drop.plateau_level, "final_eval": drop.final_level,
                      "fall": drop.drop_factor, "final_L_mask": final})
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows, columns=["seed", "has_drop", "onset", "drop_step", "end", "plateau",
+                                        "final_eval", "fall", "final_L_mask"])
     print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
 
     # seconds per step of the runs themselves (run.json records the thread count)
