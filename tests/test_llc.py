@@ -206,3 +206,77 @@ def test_measure_over_checkpoints(pool):
     row = df[(df["step"] == 10000) & (df["measure"] == "llc.mlp")]["value"].item()
     direct = llc(tm.load_pretrained("tiny", step=10000), pool, groups="mlp", settings=SMALL)
     assert row == direct.llc_mean
+
+
+def test_estimate_under_no_grad_is_the_same(models, pool):
+    """A report computes its sections under torch.no_grad(); the sampler still gets gradients."""
+    needs_devinterp()
+    plain = llc(models[2000], pool, settings=SMALL)
+    with torch.no_grad():
+        inside = llc(models[2000], pool, settings=SMALL)
+    assert inside.llc_per_chain == plain.llc_per_chain
+
+
+# ------------------------------------------------------------------- the report's llc section
+def test_report_llc_section_is_opt_in_and_measures_the_checkpoints(tmp_path, monkeypatch):
+    needs_devinterp()
+    from tfmatcomp.report import build_report, sections
+
+    monkeypatch.setattr(sections, "LLC_SETTINGS", SMALL)
+    monkeypatch.setattr(sections, "LLC_CHECKPOINTS", 3)
+    assert "llc" in sections.SECTIONS and "llc" not in sections.DEFAULT_SECTIONS
+    report = build_report("tiny", tmp_path / "r.html", n_samples=32, sections=["llc"],
+                          progress=False)
+    (s,) = report.sections
+    assert s.error is None, s.error
+    figure, table = s.items
+    steps = table["step"].tolist()
+    assert len(steps) == 3 and steps[0] == 2000 and steps[-1] == 10000  # pre-, around, post-shift
+    # each value is llc() of that checkpoint on the report's fixed batch (seed 0, n_matrices)
+    batch = sample_batch("tiny", SMALL.n_matrices, seed=0)
+    direct = llc(tm.load_pretrained("tiny", step=steps[1]), batch, settings=SMALL, seed=0)
+    assert table["LLC"].iloc[1] == pytest.approx(round(direct.llc_mean, 4))
+    assert table["stable"].dtype == bool
+    n_stable = int(table["stable"].sum())
+    assert f"{n_stable} of 3 estimates are stable" in s.text
+    assert "2 chains of 10 burn-in and 20 draws" in s.text and "lead over the loss's onset" in s.text
+    assert 'id="llc"' in report.path.read_text()
+
+
+def test_report_llc_section_without_devinterp_names_the_extra(tmp_path, monkeypatch):
+    from tfmatcomp.report import build_report
+
+    for mod in [m for m in sys.modules if m == "devinterp" or m.startswith("devinterp.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "devinterp", None)      # import devinterp -> ImportError
+    report = build_report("tiny", tmp_path / "r.html", n_samples=32, sections=["llc"],
+                          progress=False)
+    assert report.failed == ["llc"] and INSTALL_HINT in report.sections[0].error
+
+
+def test_cli_llc_flag_adds_the_section_after_before_drop(monkeypatch, tmp_path):
+    import tfmatcomp.report as report_pkg
+    from tfmatcomp import cli
+
+    seen = {}
+
+    def fake_build_report(run, out, **kwargs):
+        seen.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(report_pkg, "build_report", fake_build_report)
+    for argv, expected in (
+            (["report", "tiny", "--llc", "-o", str(tmp_path / "a.html")], None),
+            (["report", "tiny", "--llc", "--sections", "copying,training", "-o",
+              str(tmp_path / "b.html")], ["training", "llc", "copying"]),
+            (["report", "tiny", "-o", str(tmp_path / "c.html")], "default")):
+        seen.clear()
+        with pytest.raises(SystemExit):
+            cli.main(argv)
+        if expected == "default":
+            assert seen["sections"] is None
+        elif expected is None:
+            keys = seen["sections"]
+            assert keys[keys.index("before_drop") + 1] == "llc" and "decomposition" in keys
+        else:
+            assert seen["sections"] == expected

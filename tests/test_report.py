@@ -9,7 +9,8 @@ import pytest
 
 import tfmatcomp as tm
 from tfmatcomp.analyses.dynamics import detect_drop
-from tfmatcomp.report import SECTIONS, build_report
+from tfmatcomp.report import build_report
+from tfmatcomp.report.sections import DEFAULT_SECTIONS, OPT_IN_SECTIONS
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,10 @@ def test_bundled_run_shows_and_detects_the_drop():
 def test_report_has_every_section_and_no_failure(tiny_report):
     assert tiny_report.failed == []
     text = tiny_report.path.read_text()
-    for key in SECTIONS:
+    for key in DEFAULT_SECTIONS:
         assert f'id="{key}"' in text
+    for key in OPT_IN_SECTIONS:  # computed only when asked for (the llc extra, minutes)
+        assert f'id="{key}"' not in text
     n_figures = text.count('class="plotly-graph-div"')
     assert n_figures >= 25
     assert text.count("plotly.js v") == 1 or "Plotly" in text  # plotly.js embedded once

@@ -196,7 +196,10 @@ def _output_args(p: argparse.ArgumentParser, device_help: str) -> None:
     p.add_argument("--samples", type=int, default=256, help="matrices per experiment (256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the samples the report draws")
     p.add_argument("--sections", help="comma-separated subset of the report's sections "
-                   "(training, copying, ablation, ..., decomposition)")
+                   "(training, before_drop, llc, copying, ablation, ..., decomposition)")
+    p.add_argument("--llc", action="store_true",
+                   help="also estimate the local learning coefficient at 6 checkpoints (section "
+                   "'llc'; needs pip install 'tfmatcomp[llc]', about 40 s per checkpoint on tiny)")
     p.add_argument("--device", help=device_help)
     p.add_argument("--no-progress", action="store_true")
 
@@ -212,10 +215,15 @@ def _report_args(p: argparse.ArgumentParser) -> None:
 def _write_report(args: argparse.Namespace, run, device=None) -> int:
     from tfmatcomp.report import build_report
 
+    from tfmatcomp.report.sections import DEFAULT_SECTIONS, SECTIONS
+
+    sections = args.sections.split(",") if args.sections else None
+    if args.llc:  # the opt-in section, in its place after 'before_drop'
+        chosen = set(sections or DEFAULT_SECTIONS) | {"llc"}
+        sections = [k for k in SECTIONS if k in chosen] + sorted(chosen - set(SECTIONS))
     report = build_report(run, args.out, pre_step=getattr(args, "pre_step", None),
                           post_step=getattr(args, "post_step", None), n_samples=args.samples,
-                          seed=args.seed, device=device,
-                          sections=args.sections.split(",") if args.sections else None,
+                          seed=args.seed, device=device, sections=sections,
                           progress=not args.no_progress)
     return _written(report, "report")
 

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from tfmatcomp.report.render import render
 from tfmatcomp.report.run import load_context
-from tfmatcomp.report.sections import SECTIONS, Section
+from tfmatcomp.report.sections import DEFAULT_SECTIONS, SECTIONS, Section
 from tfmatcomp.validation import check_device, check_seed, is_int, writable_output
 
 __all__ = ["Report", "build_report", "compute_sections"]
@@ -62,7 +62,8 @@ def build_report(
         pre_step, post_step: checkpoints to analyse (default: see :mod:`tfmatcomp.report.run`).
         n_samples: matrices per experiment (the papers use 256 and 512 for the copying check).
         seed: seeds every sample drawn.
-        sections: keys of :data:`SECTIONS` to compute (default: all).
+        sections: keys of :data:`SECTIONS` to compute (default: :data:`DEFAULT_SECTIONS`, all
+            but the opt-in ``llc``, which needs the ``llc`` extra and about 40 s per checkpoint).
         device: where to run the models (default: CPU).
         progress: show a progress bar over sections.
 
@@ -78,7 +79,7 @@ def build_report(
     if isinstance(sections, str) or (sections is not None and not hasattr(sections, "__iter__")):
         raise ValueError(f"sections: must be a list of section keys from {list(SECTIONS)}, got "
                          f"{sections!r}")
-    keys = list(SECTIONS) if sections is None else list(sections)
+    keys = list(DEFAULT_SECTIONS) if sections is None else list(sections)
     unknown = [k for k in keys if k not in SECTIONS]
     if unknown:
         raise ValueError(f"sections: unknown {unknown}; choose from {list(SECTIONS)}")

@@ -25,7 +25,7 @@ from tfmatcomp.experiments import reference as paper
 from tfmatcomp.report.run import RunContext
 from tfmatcomp.runs.layout import METRICS_FILE
 
-__all__ = ["Section", "SECTIONS"]
+__all__ = ["Section", "SECTIONS", "OPT_IN_SECTIONS", "DEFAULT_SECTIONS"]
 
 
 @dataclass
@@ -308,6 +308,55 @@ def _before_drop(ctx: RunContext, s: Section) -> None:
                "times).")
 
 
+#: The sampler settings of the report's ``llc`` section (the calibration on the bundled ``tiny``
+#: run, docs/dynamics.md); a test or a user may swap in others before building a report.
+LLC_SETTINGS = None  # None: tfmatcomp.analyses.dynamics.llc.LLCSettings()
+#: How many checkpoints the ``llc`` section estimates at, at most: all of a run's checkpoints when it
+#: has no more, else pre-shift, those nearest the drop and post-shift.
+LLC_CHECKPOINTS = 6
+
+
+def _llc(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.analyses.dynamics import lead_times, over_checkpoints
+    from tfmatcomp.analyses.dynamics.llc import LLCSettings, llc_measure
+    from tfmatcomp.plotting.dynamics import measures_figure
+
+    settings = LLC_SETTINGS or LLCSettings()
+    measure = llc_measure(settings, ["all"], seed=ctx.seed)  # ImportError without the llc extra
+    steps = (sorted(ctx.checkpoints) if len(ctx.checkpoints) <= LLC_CHECKPOINTS
+             else ctx.steps_around_drop(LLC_CHECKPOINTS))
+    table = over_checkpoints(ctx.run_dir, {"llc": measure}, n_samples=settings.n_matrices,
+                             seed=ctx.seed, steps=steps)
+    wide = table.pivot_table(index="step", columns="measure", values="value").reset_index()
+    wide.columns.name = None
+    wide = wide.rename(columns={"llc.all": "LLC", "llc.all.std": "std over chains",
+                                "llc.all.drift": "drift", "llc.all.stable": "stable"})
+    wide["stable"] = wide["stable"].astype(bool)
+    s.items += [measures_figure(table, ctx.metrics, measures=["llc.all"],
+                                title="Local learning coefficient of the whole model"),
+                wide.round(4)]
+    cfg = settings.to_dict()
+    s.text = ("The local learning coefficient (Lau et al. 2023; estimated with devinterp's SGLD "
+              "sampler, tfmatcomp.analyses.dynamics.llc) of the whole model at "
+              f"{len(steps)} checkpoints, on the training loss over {settings.n_matrices} fixed "
+              f"matrices: {settings.n_chains} chains of {settings.n_burnin} burn-in and "
+              f"{settings.n_draws} draws, step size {_g(cfg['lr'])}, localization "
+              f"{_g(cfg['localization'])}, nbeta {_g(settings.effective_nbeta)}, batch "
+              f"{settings.batch_size}, seed {ctx.seed}. These settings are the calibration on the "
+              "bundled tiny run; another model needs its own (docs/dynamics.md). ")
+    unstable = wide.loc[~wide["stable"], "step"].tolist()
+    s.text += (f"{len(wide) - len(unstable)} of {len(wide)} estimates are stable (chains agree "
+               "within 15% and the draws are flat after burn-in)"
+               + (f"; unstable at steps {', '.join(f'{int(x):,}' for x in unstable)}, read those "
+                  "values with care. " if unstable else ". "))
+    if ctx.has_drop:
+        lead = lead_times(table, ctx.run_dir).set_index("measure")["lead"].get("llc.all")
+        s.text += (f"Does it move before the loss? Its lead over the loss's onset (step "
+                   f"{ctx.drop.drop_start:,.0f}), exact only to the spacing of these few "
+                   f"checkpoints: " + (f"{lead:,.0f} steps." if lead is not None and lead == lead
+                                       else "it did not leave its plateau value at them."))
+
+
 def _embeddings(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.analyses.embeddings import (checkpoint_token_projection, positional_embedding_pca,
                                       token_embedding_norms, token_embedding_pca)
@@ -460,6 +509,7 @@ def _decomposition(ctx: RunContext, s: Section) -> None:
 SECTIONS: dict[str, tuple[str, Callable[[RunContext, Section], None]]] = {
     "training": ("Training: plateau and sudden drop", _training),
     "before_drop": ("Before the drop: progress measures and their lead", _before_drop),
+    "llc": ("Before the drop: the local learning coefficient", _llc),
     "components": ("Component-wise training (Fig. 8)", _components),
     "copying": ("Copying check (Table 1)", _copying),
     "ablation": ("Uniform attention ablation", _ablation),
@@ -477,3 +527,9 @@ SECTIONS: dict[str, tuple[str, Callable[[RunContext, Section], None]]] = {
     "ood": ("Out-of-distribution inputs", _ood),
     "decomposition": ("Position / context decomposition", _decomposition),
 }
+
+#: Sections computed only when asked for by name: ``llc`` needs the optional ``llc`` extra
+#: (devinterp) and takes about 40 s per checkpoint on ``tiny``.
+OPT_IN_SECTIONS: tuple[str, ...] = ("llc",)
+#: What a report computes by default: every section but the opt-in ones.
+DEFAULT_SECTIONS: tuple[str, ...] = tuple(k for k in SECTIONS if k not in OPT_IN_SECTIONS)

@@ -338,14 +338,15 @@ def _run_chain(model: HookedEncoder, sampled: Mapping[str, Tensor], masks: Mappi
     data_gen = _generator(seed, chain, 0, torch.device("cpu"))
     noise_gen = _generator(seed, chain, 1, device)
     losses = torch.empty(settings.n_steps, device=device)
-    for step in range(settings.n_steps):
-        idx = torch.randperm(pool.batch_size, generator=data_gen)[:settings.batch_size]
-        mb = pool[idx.to(device)]
-        optimizer.zero_grad(set_to_none=True)
-        loss = mse(model(mb.tokens), mb.values)
-        loss.backward()
-        losses[step] = loss.detach()
-        optimizer.step(noise_generator=noise_gen)
+    with torch.enable_grad():  # SGLD needs gradients, also when called under no_grad (a report)
+        for step in range(settings.n_steps):
+            idx = torch.randperm(pool.batch_size, generator=data_gen)[:settings.batch_size]
+            mb = pool[idx.to(device)]
+            optimizer.zero_grad(set_to_none=True)
+            loss = mse(model(mb.tokens), mb.values)
+            loss.backward()
+            losses[step] = loss.detach()
+            optimizer.step(noise_generator=noise_gen)
     return losses.cpu()
 
 
