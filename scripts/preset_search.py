@@ -1,8 +1,8 @@
 """Measure one configuration of a preset over many seeds: the figures of docs/tiny-preset.md and
 docs/paper-cpu.md.
 
-Trains the seeds at once (tfmatcomp.train_many), or one after another on the fast bf16 step when
-the run takes it (--fast, or by itself for d_model >= 256 on a CPU with bf16 matrix units);
+Trains the seeds with tfmatcomp.train_many: at once, or one after another on the fast bf16 step
+when the run takes it (--fast, or by itself for d_model >= 256 on a CPU with bf16 matrix units);
 detects each seed's drop in eval L_mask, and
 compares every seed's final model with nuclear-norm minimization on the same matrices and masks.
 Prints one table row per seed and a summary:
@@ -32,8 +32,7 @@ import tfmatcomp as tm
 from tfmatcomp.analyses.baselines import complete_nuclear_norm
 from tfmatcomp.datapath import sample_batch
 from tfmatcomp.analyses.dynamics import detect_drop
-from tfmatcomp.runs.layout import seed_dir
-from tfmatcomp.training.multiseed import parse_seeds
+from tfmatcomp.runs.layout import RUN_FILE, seed_dir
 
 from _config_args import add_config_args, add_training_args, configs_from_args, training_overrides  # scripts/, beside this file
 
@@ -59,19 +58,13 @@ def main() -> None:
     task_cfg, model_cfg = configs_from_args(args, preset)
     overrides = training_overrides(args, eval_batch_size=args.eval_batch_size, fast=args.fast,
                                    interventions=args.intervention)
-    probe = tm.Trainer(preset, model_cfg=model_cfg, task_cfg=task_cfg, device="cpu",
-                       progress=False, **overrides)
-    print(probe.step_reason, flush=True)
     t0 = time.perf_counter()
-    if probe.fast:  # one seed at a time, each on the fast step
-        runs = [(seed, tm.train(preset, model_cfg=model_cfg, task_cfg=task_cfg,
-                                out_dir=seed_dir(args.out, seed), resume=True, device="cpu",
-                                seed=seed, **overrides))
-                for seed in parse_seeds(args.seeds)]
-    else:
-        runs = tm.train_many(preset, seeds=args.seeds, model_cfg=model_cfg, task_cfg=task_cfg,
-                             out_dir=args.out, resume=True, device="cpu", **overrides)
+    runs = tm.train_many(preset, seeds=args.seeds, model_cfg=model_cfg, task_cfg=task_cfg,
+                         out_dir=args.out, resume=True, device="cpu", **overrides)
     wall = time.perf_counter() - t0
+    # the step that trained them, as each seed's run.json records it
+    step_reason = json.loads(Path(runs.out_dir, seed_dir(".", runs.seeds[0]), RUN_FILE).read_text())["step"]
+    print(step_reason, flush=True)
 
     batch = sample_batch(task_cfg, args.eval_samples, seed=12345)
     nuclear = float(complete_nuclear_norm(batch).losses(batch)["L_mask"])
@@ -108,7 +101,7 @@ def main() -> None:
         "median_final_L_mask": float(np.median(table["final_L_mask"])),
         "nuclear_norm_L_mask": nuclear,
         "median_drop_step": median_step, "median_drop_end": median_end,
-        "step": probe.step_reason, "s_per_step": s_per_step,
+        "step": step_reason, "s_per_step": s_per_step,
         "minutes_to_median_drop": median_step * s_per_step / 60,
         "minutes_to_median_drop_end": median_end * s_per_step / 60,
         "batched_wall_minutes": wall / 60,

@@ -148,3 +148,25 @@ def test_one_seed_is_exactly_the_single_seed_run():
     single = tm.train("tiny", seed=4, **kw)
     assert one.metrics.drop(columns="elapsed_s").equals(single.metrics.drop(columns="elapsed_s"))
     assert all(torch.equal(p, q) for p, q in zip(one.model.parameters(), single.model.parameters()))
+
+
+def test_fast_runs_train_one_seed_at_a_time_and_say_so(tmp_path):
+    """The batched program is float32: a run that takes the fast step trains each seed on it in
+    turn (as train() does), and every seed's run.json names the step that really trained it."""
+    from tfmatcomp.training.multiseed import BATCHED_STEP
+
+    kw = dict(n_steps=6, batch_size=8, log_every=3, progress=False)
+    fast = tm.train_many("tiny", seeds=[0, 1], out_dir=tmp_path / "fast", fast=True, **kw)
+    alone = tm.train("tiny", seed=1, out_dir=tmp_path / "alone", fast=True, **kw)
+    for name, p in alone.model.state_dict().items():
+        assert torch.equal(p, fast[1].model.state_dict()[name]), name  # the same run, bit for bit
+    record = json.loads((seed_dir(tmp_path / "fast", 1) / RUN_FILE).read_text())
+    assert record["step"].startswith("fast step")
+    assert json.loads((tmp_path / "fast" / GROUP_FILE).read_text())["seeds"] == [0, 1]
+
+    batched = tm.train_many("tiny", seeds=[0, 1], out_dir=tmp_path / "batched", **kw)
+    assert batched.seeds == [0, 1]
+    record = json.loads((seed_dir(tmp_path / "batched", 0) / RUN_FILE).read_text())
+    assert record["step"] == BATCHED_STEP
+    with pytest.raises(ValueError, match="fast"):
+        MultiSeedTrainer("tiny", seeds=[0, 1], fast=True, **kw)

@@ -116,6 +116,10 @@ class MultiSeedResult:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+#: What a seed's ``run.json`` says of the step that trained it in the batched program.
+BATCHED_STEP = "float32 step: the batched multi-seed program (vmap over the seeds)"
+
+
 class MultiSeedTrainer:
     """Train several seeds of one configuration at once (see the module docstring).
 
@@ -161,6 +165,11 @@ class MultiSeedTrainer:
             raise ValueError("interventions: the batched multi-seed program cannot collect a "
                              "row_column_attention_penalty inside vmap; train_many trains such "
                              "seeds one at a time")
+        if train_cfg.fast:
+            raise ValueError("fast: the batched multi-seed program runs float32; train_many "
+                             "trains fast seeds one at a time on the fast step")
+        for t in self.trainers:  # what each seed's run.json records: the program that trains it
+            t.fast, t.step_reason = False, BATCHED_STEP
         self._build()
 
     # ------------------------------------------------------------------ stacking
@@ -452,7 +461,11 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     Seed ``s`` gets the run directory ``out_dir/seed-{s}``, an ordinary run: its checkpoints load
     with :func:`tfmatcomp.load_checkpoint` and it resumes with :func:`tfmatcomp.train` too.
     ``keywords`` are those of :class:`MultiSeedTrainer`; ``resume`` and ``overwrite`` work as in
-    :func:`tfmatcomp.train`, on the group as a whole.
+    :func:`tfmatcomp.train`, on the group as a whole. A run that takes the fast step (``d_model
+    >= 256`` on a CPU with bf16 matrix units, CUDA, or ``fast=True``; see
+    :mod:`tfmatcomp.training.fast_step`) or has an attention penalty is trained one seed after
+    another with :func:`tfmatcomp.train` instead of the batched float32 program; each seed's
+    ``run.json`` says which step trained it.
 
     Example:
         >>> import tfmatcomp as tm
@@ -463,16 +476,23 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     """
     setup = RunSetup.from_keywords(preset, keywords)
     check_resume_overwrite(resume, setup.overwrite)
-    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in setup.configs()[2].interventions):
+    model_cfg, task_cfg, train_cfg = setup.configs()
+    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in train_cfg.interventions):
+        return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
+    probe = Trainer(setup.preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
+                    device=setup.device, progress=False)
+    if probe.fast:
         return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
     return resume_and_run(MultiSeedTrainer(preset, seeds=seeds, **keywords), resume)
 
 
 def _one_seed_at_a_time(preset: str | Preset, seeds: list[int], resume: bool, setup: RunSetup,
                         keywords: dict[str, Any]) -> MultiSeedResult:
-    """:func:`train_many` for a run the batched program cannot train (an attention penalty is
-    collected outside ``vmap``): each seed trained by :func:`~tfmatcomp.train` in turn, into the
-    same ``out_dir/seed-{s}`` directories and ``seeds.json``."""
+    """:func:`train_many` for a run the batched program does not train: an attention penalty
+    (collected outside ``vmap``), or a run that takes the fast step (bf16 on a CPU with matrix
+    units for ``d_model >= 256``, or CUDA; the batched program is float32): each seed trained by
+    :func:`~tfmatcomp.train` in turn, into the same ``out_dir/seed-{s}`` directories and
+    ``seeds.json``."""
     from tfmatcomp.training.trainer import train
 
     if "seed" in setup.train_overrides:
