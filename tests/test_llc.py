@@ -239,7 +239,8 @@ def test_report_llc_section_is_opt_in_and_measures_the_checkpoints(tmp_path, mon
     assert table["stable"].dtype == bool
     n_stable = int(table["stable"].sum())
     assert f"{n_stable} of 3 estimates are stable" in s.text
-    assert "2 chains of 10 burn-in and 20 draws" in s.text and "lead over the loss's onset" in s.text
+    assert "2 chains of 10 burn-in and 20 draws" in s.text and "Against the loss's onset" in s.text
+    assert table.columns.tolist() == ["step", "LLC", "std over chains", "drift", "stable"]
     assert 'id="llc"' in report.path.read_text()
 
 

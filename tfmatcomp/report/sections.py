@@ -332,6 +332,7 @@ def _llc(ctx: RunContext, s: Section) -> None:
     wide = wide.rename(columns={"llc.all": "LLC", "llc.all.std": "std over chains",
                                 "llc.all.drift": "drift", "llc.all.stable": "stable"})
     wide["stable"] = wide["stable"].astype(bool)
+    wide = wide[["step", "LLC", "std over chains", "drift", "stable"]]
     s.items += [measures_figure(table, ctx.metrics, measures=["llc.all"],
                                 title="Local learning coefficient of the whole model"),
                 wide.round(4)]
@@ -351,10 +352,14 @@ def _llc(ctx: RunContext, s: Section) -> None:
                   "values with care. " if unstable else ". "))
     if ctx.has_drop:
         lead = lead_times(table, ctx.run_dir).set_index("measure")["lead"].get("llc.all")
-        s.text += (f"Does it move before the loss? Its lead over the loss's onset (step "
+        s.text += (f"Does it move before the loss? Against the loss's onset (step "
                    f"{ctx.drop.drop_start:,.0f}), exact only to the spacing of these few "
-                   f"checkpoints: " + (f"{lead:,.0f} steps." if lead is not None and lead == lead
-                                       else "it did not leave its plateau value at them."))
+                   "checkpoints: ")
+        if lead is None or lead != lead:
+            s.text += "it did not leave its plateau value at them."
+        else:
+            s.text += (f"it left its plateau value {abs(lead):,.0f} steps "
+                       f"{'before' if lead > 0 else 'after'} it.")
 
 
 def _embeddings(ctx: RunContext, s: Section) -> None:
