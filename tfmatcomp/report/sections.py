@@ -6,9 +6,9 @@ A section function takes ``(ctx, section)`` and fills ``section.items`` (plotly 
 DataFrames) and ``section.text``; :data:`SECTIONS` maps each key to its title and function.
 
 Example:
-    >>> from tfmatcomp.report.sections import SECTIONS
-    >>> list(SECTIONS)[:3]
-    ['training', 'before_drop', 'components']
+    >>> from tfmatcomp.report.sections import DEFAULT_SECTIONS, OPT_IN_SECTIONS, SECTIONS
+    >>> list(SECTIONS)[:3], DEFAULT_SECTIONS[:3], OPT_IN_SECTIONS
+    (['training', 'before_drop', 'llc'], ('training', 'before_drop', 'components'), ('llc',))
 """
 
 from __future__ import annotations
