@@ -214,7 +214,6 @@ def _report_args(p: argparse.ArgumentParser) -> None:
 
 def _write_report(args: argparse.Namespace, run, device=None) -> int:
     from tfmatcomp.report import build_report
-
     from tfmatcomp.report.sections import DEFAULT_SECTIONS, SECTIONS
 
     sections = args.sections.split(",") if args.sections else None

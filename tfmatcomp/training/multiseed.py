@@ -461,11 +461,12 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     Seed ``s`` gets the run directory ``out_dir/seed-{s}``, an ordinary run: its checkpoints load
     with :func:`tfmatcomp.load_checkpoint` and it resumes with :func:`tfmatcomp.train` too.
     ``keywords`` are those of :class:`MultiSeedTrainer`; ``resume`` and ``overwrite`` work as in
-    :func:`tfmatcomp.train`, on the group as a whole. A run that takes the fast step (``d_model
-    >= 256`` on a CPU with bf16 matrix units, CUDA, or ``fast=True``; see
-    :mod:`tfmatcomp.training.fast_step`) or has an attention penalty is trained one seed after
-    another with :func:`tfmatcomp.train` instead of the batched float32 program; each seed's
-    ``run.json`` says which step trained it.
+    :func:`tfmatcomp.train`, on the group as a whole. A run that takes the fast step on a CPU
+    (``d_model >= 256`` on a CPU with bf16 matrix units; see :mod:`tfmatcomp.training.fast_step`),
+    one with ``fast=True``, and one with an attention penalty are trained one seed after another
+    with :func:`tfmatcomp.train` instead of the batched float32 program (on a GPU the batched
+    program stays, being nearly free per seed); each seed's ``run.json`` says which step trained
+    it.
 
     Example:
         >>> import tfmatcomp as tm
@@ -481,7 +482,9 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
     probe = Trainer(setup.preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
                     device=setup.device, progress=False)
-    if probe.fast:
+    if probe.fast and (probe.device.type == "cpu" or train_cfg.fast):
+        # on a CPU the batched program costs K single runs anyway, in float32; on a GPU it is
+        # nearly free, so it keeps the seeds batched unless fast=True asks for the fast step
         return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
     return resume_and_run(MultiSeedTrainer(preset, seeds=seeds, **keywords), resume)
 
@@ -489,8 +492,8 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
 def _one_seed_at_a_time(preset: str | Preset, seeds: list[int], resume: bool, setup: RunSetup,
                         keywords: dict[str, Any]) -> MultiSeedResult:
     """:func:`train_many` for a run the batched program does not train: an attention penalty
-    (collected outside ``vmap``), or a run that takes the fast step (bf16 on a CPU with matrix
-    units for ``d_model >= 256``, or CUDA; the batched program is float32): each seed trained by
+    (collected outside ``vmap``), or a run that takes the fast step on a CPU or asks for it with
+    ``fast=True`` (the batched program is float32): each seed trained by
     :func:`~tfmatcomp.train` in turn, into the same ``out_dir/seed-{s}`` directories and
     ``seeds.json``."""
     from tfmatcomp.training.trainer import train
