@@ -21,7 +21,8 @@ import tfmatcomp as tm
 from tfmatcomp.task import gpt as gpt_task
 from tfmatcomp.analyses.dynamics import detect_drop
 
-from _config_args import add_config_args, add_training_args, configs_from_args, training_overrides  # scripts/, beside this file
+from _config_args import (  # scripts/, beside this file
+    add_config_args, add_training_args, configs_from_args, training_overrides)
 
 COLUMNS = ["step", "eval_CE_obs", "eval_CE_mask", "eval_acc_obs", "eval_acc_mask", "eval_L_mask",
            "eval_gen_acc_mask", "eval_gen_L_mask"]

@@ -34,7 +34,8 @@ from tfmatcomp.datapath import sample_batch
 from tfmatcomp.analyses.dynamics import detect_drop
 from tfmatcomp.runs.layout import RUN_FILE, seed_dir
 
-from _config_args import add_config_args, add_training_args, configs_from_args, training_overrides  # scripts/, beside this file
+from _config_args import (  # scripts/, beside this file
+    add_config_args, add_training_args, configs_from_args, training_overrides)
 
 
 def main() -> None:
@@ -63,7 +64,7 @@ def main() -> None:
                          out_dir=args.out, resume=True, device="cpu", **overrides)
     wall = time.perf_counter() - t0
     # the step that trained them, as each seed's run.json records it
-    step_reason = json.loads(Path(runs.out_dir, seed_dir(".", runs.seeds[0]), RUN_FILE).read_text())["step"]
+    step_reason = json.loads((seed_dir(runs.out_dir, runs.seeds[0]) / RUN_FILE).read_text())["step"]
     print(step_reason, flush=True)
 
     batch = sample_batch(task_cfg, args.eval_samples, seed=12345)

@@ -336,13 +336,12 @@ def _llc(ctx: RunContext, s: Section) -> None:
     s.items += [measures_figure(table, ctx.metrics, measures=["llc.all"],
                                 title="Local learning coefficient of the whole model"),
                 wide.round(4)]
-    cfg = settings.to_dict()
     s.text = ("The local learning coefficient (Lau et al. 2023; estimated with devinterp's SGLD "
               "sampler, tfmatcomp.analyses.dynamics.llc) of the whole model at "
               f"{len(steps)} checkpoints, on the training loss over {settings.n_matrices} fixed "
               f"matrices: {settings.n_chains} chains of {settings.n_burnin} burn-in and "
-              f"{settings.n_draws} draws, step size {_g(cfg['lr'])}, localization "
-              f"{_g(cfg['localization'])}, nbeta {_g(settings.effective_nbeta)}, batch "
+              f"{settings.n_draws} draws, step size {_g(settings.lr)}, localization "
+              f"{_g(settings.localization)}, nbeta {_g(settings.effective_nbeta)}, batch "
               f"{settings.batch_size}, seed {ctx.seed}. These settings are the calibration on the "
               "bundled tiny run; another model needs its own (docs/dynamics.md). ")
     unstable = wide.loc[~wide["stable"], "step"].tolist()
