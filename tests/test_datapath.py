@@ -121,7 +121,7 @@ def test_hook_name_helpers(tiny_model):
     (validation.check_non_negative, ("ridge", -1.0), r"ridge: must be >= 0"),
     (validation.check_non_negative, ("ridge", float("nan")), r"ridge: must be >= 0"),
     (validation.check_in_range, ("f", 1.0, 0.0, 1.0, ), None),
-    (validation.check_probability, ("p", 1.5), r"p: must lie in \[0.0, 1.0\]"),
+    (validation.check_in_range, ("p", 1.5, 0.0, 1.0), r"p: must lie in \[0.0, 1.0\]"),
     (validation.check_choice, ("side", "up", ("left", "right")), r"side: must be one of"),
 ])
 def test_validation_messages(check, args, match):

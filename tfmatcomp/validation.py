@@ -32,7 +32,6 @@ __all__ = [
     "check_int_in_range",
     "check_non_negative",
     "check_in_range",
-    "check_probability",
     "check_choice",
     "check_seed",
     "check_positive_float",
@@ -133,16 +132,6 @@ def check_in_range(name: str, value: Any, lo: float, hi: float, *, closed: bool 
         interval = f"{'[' if lo_closed else '('}{lo}, {hi}{']' if hi_closed else ')'}"
         raise ValueError(f"{name}: must lie in {interval}, got {value!r}")
     return value
-
-
-def check_probability(name: str, value: Any) -> Any:
-    """``value`` if it is a probability in ``[0, 1]``, else ``ValueError``.
-
-    Example:
-        >>> check_probability("masked_row_fraction", 0.5)
-        0.5
-    """
-    return check_in_range(name, value, 0.0, 1.0)
 
 
 def check_choice(name: str, value: T, choices: Collection[T]) -> T:

@@ -1,4 +1,15 @@
-"""GPT-2 embeddings as two modules (TransformerLens's ``embed`` and ``pos_embed``): no LayerNorm."""
+"""GPT-2 embeddings as two modules (TransformerLens's ``embed`` and ``pos_embed``): no LayerNorm.
+
+The decoder's residual stream starts as their sum.
+
+Example:
+    >>> import torch
+    >>> from tfmatcomp.config import DecoderConfig
+    >>> cfg = DecoderConfig(d_model=8, n_heads=2, d_vocab=10, n_ctx=5)
+    >>> tokens = torch.zeros(2, 3, dtype=torch.long)
+    >>> (Embed(cfg)(tokens) + PosEmbed(cfg)(tokens)).shape
+    torch.Size([2, 3, 8])
+"""
 
 from __future__ import annotations
 
@@ -10,14 +21,7 @@ from tfmatcomp.config import DecoderConfig
 
 
 class Embed(nn.Module):
-    """Token embedding ``W_E[tokens]``, ``W_E [d_vocab, d_model]``.
-
-    Example:
-        >>> import torch
-        >>> from tfmatcomp.config import DecoderConfig
-        >>> Embed(DecoderConfig(d_model=8, n_heads=2, d_vocab=10))(torch.zeros(2, 3, dtype=torch.long)).shape
-        torch.Size([2, 3, 8])
-    """
+    """Token embedding ``W_E[tokens]``, ``W_E [d_vocab, d_model]``."""
 
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
@@ -28,14 +32,7 @@ class Embed(nn.Module):
 
 
 class PosEmbed(nn.Module):
-    """Learned absolute positions ``W_pos[:pos]`` broadcast over the batch, ``W_pos [n_ctx, d_model]``.
-
-    Example:
-        >>> import torch
-        >>> from tfmatcomp.config import DecoderConfig
-        >>> PosEmbed(DecoderConfig(d_model=8, n_heads=2, n_ctx=5))(torch.zeros(2, 3, dtype=torch.long)).shape
-        torch.Size([2, 3, 8])
-    """
+    """Learned absolute positions ``W_pos[:pos]`` broadcast over the batch, ``W_pos [n_ctx, d_model]``."""
 
     def __init__(self, cfg: DecoderConfig):
         super().__init__()
