@@ -35,6 +35,11 @@
    may name a module of its own layer or of a lower one, never of a higher one. ``tfmatcomp/__init__``
    (the public re-exports) and ``__main__`` sit above every layer. Exceptions are in
    :data:`UPWARD_ALLOWED` with their reasons.
+
+6. **One owner of the run directory's names.** No module but ``runs/layout.py`` spells a file or
+   folder name of a run directory or checkpoint (a string constant equal to one of the names
+   :mod:`tfmatcomp.runs.layout` defines); the others import them. Exceptions, names of another
+   format that happen to be equal, are in :data:`OTHER_FORMATS`.
 """
 
 from __future__ import annotations
@@ -279,6 +284,44 @@ def test_no_private_name_imported_from_another_folder():
 
 def test_no_transformer_math_outside_components():
     assert transformer_math() == []
+
+
+#: ``(file, name) -> why that string is not a run directory's name``.
+OTHER_FORMATS = {
+    ("tfmatcomp/song_zhong/models.py", "config.json"):
+        "a transformers model directory's config, not a tfmatcomp checkpoint's",
+}
+
+
+def run_directory_names() -> list[tuple[str, int, str]]:
+    """``(file, line, name)`` of every string constant outside runs/layout.py equal to a run
+    directory name of :mod:`tfmatcomp.runs.layout` (rule 6), less :data:`OTHER_FORMATS`."""
+    from tfmatcomp.runs import layout
+
+    names = {v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str)}
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "tfmatcomp/runs/layout.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Constant) and node.value in names
+                    and (rel, node.value) not in OTHER_FORMATS):
+                found.append((rel, node.lineno, node.value))
+    return found
+
+
+def test_run_directory_names_are_spelled_in_layout_only():
+    assert run_directory_names() == []
+
+
+def test_other_formats_entries_are_still_needed():
+    spelled = {(rel, name) for path in PKG.rglob("*.py")
+               for rel in [path.relative_to(ROOT).as_posix()]
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Constant) and isinstance(node.value, str)
+               for name in [node.value]}
+    assert set(OTHER_FORMATS) <= spelled
 
 
 def test_allow_list_entries_are_still_needed():

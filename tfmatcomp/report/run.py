@@ -38,7 +38,7 @@ from tfmatcomp import pretrained
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
 from tfmatcomp.analyses.dynamics import DropResult, detect_drop
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.runs.layout import GROUP_FILE, METRICS_FILE, SEED_DIR, seed_dir
+from tfmatcomp.runs.layout import GROUP_FILE, METRICS_FILE, PRETRAINED_FILE, SEED_DIR, seed_dir
 from tfmatcomp.training.trainer import read_metrics
 
 __all__ = ["RunContext", "SeedGroup", "resolve_run", "find_group", "choose_steps", "load_context"]
@@ -160,9 +160,9 @@ def find_group(run_dir: Path) -> Path | None:
         return run_dir
     if SEED_DIR.fullmatch(run_dir.name) and (run_dir.parent / GROUP_FILE).exists():
         return run_dir.parent
-    info = run_dir / "pretrained.json"
+    info = run_dir / PRETRAINED_FILE
     if info.exists():
-        group = read_json_bounded("pretrained.json", info).get("group")
+        group = read_json_bounded(PRETRAINED_FILE, info).get("group")
         if group and (run_dir / group / GROUP_FILE).exists():
             return run_dir / group
     return None
@@ -249,8 +249,8 @@ def load_context(run: str | os.PathLike = "tiny", *, pre_step: int | None = None
     drop = _drop(metrics)
     group_dir = find_group(run_dir)
     group = SeedGroup.load(group_dir) if group_dir is not None else None
-    info_file = run_dir / "pretrained.json"
-    info = read_json_bounded("pretrained.json", info_file) if info_file.exists() else None
+    info_file = run_dir / PRETRAINED_FILE
+    info = read_json_bounded(PRETRAINED_FILE, info_file) if info_file.exists() else None
     pre_step, post_step, note = choose_steps(checkpoints, drop, pre_step, post_step, info)
     pre, _ = load_checkpoint_info(checkpoints[pre_step], device=device)
     post, ckpt = load_checkpoint_info(checkpoints[post_step], device=device)
