@@ -6,6 +6,8 @@
 * the hook table of docs/concepts/model.md is the model's hook set, with the right shapes;
 * the Python snippets of the quickstart and the concept pages run (at a tenth of their training
   steps, so the test stays fast);
+* every ``tfmatcomp`` import in a ``python`` code block of docs/ or README.md resolves (the blocks
+  that need a run directory are not executed, so a moved module would otherwise go unnoticed);
 * the docs' griffe extension rewrites docstrings as documented.
 """
 
@@ -171,6 +173,68 @@ def test_snippets_run(page, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__docs__"}
     exec(compile(_shrink("\n".join(blocks)), str(DOCS / page), "exec"), namespace)
+
+
+def _tfmatcomp_imports(code: str) -> list[tuple[str, str | None]]:
+    """``(module, name)`` for every tfmatcomp import in ``code`` (``name`` None for ``import m``);
+    a block that does not parse as a whole is read statement by statement."""
+    import ast
+
+    try:
+        trees = [ast.parse(code)]
+    except SyntaxError:
+        trees = []
+        for line in code.splitlines():
+            if line.lstrip().startswith(("import ", "from ")):
+                try:
+                    trees.append(ast.parse(line.strip()))
+                except SyntaxError:
+                    pass
+    found = []
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tfmatcomp":
+                found += [(node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(alias.name, None) for alias in node.names
+                          if alias.name.split(".")[0] == "tfmatcomp"]
+    return found
+
+
+def _import_problem(module: str, name: str | None) -> str | None:
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as err:
+        return f"import {module}: {err}"
+    if name is None or name == "*" or hasattr(mod, name):
+        return None
+    try:
+        importlib.import_module(f"{module}.{name}")
+    except ImportError:
+        return f"from {module} import {name}: no such name"
+    return None
+
+
+def test_every_tfmatcomp_import_in_the_docs_resolves():
+    pages = sorted(DOCS.rglob("*.md")) + [ROOT / "README.md"]
+    problems = []
+    for page in pages:
+        for code in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S):
+            for module, name in _tfmatcomp_imports(code):
+                problem = _import_problem(module, name)
+                if problem:
+                    problems.append(f"{page.relative_to(ROOT)}: {problem}")
+    assert problems == []
+
+
+def test_the_import_check_sees_a_moved_module():
+    code = "import torch\nfrom tfmatcomp import embeddings as E\nfrom tfmatcomp.analyses import heads\n"
+    found = _tfmatcomp_imports(code)
+    assert found == [("tfmatcomp", "embeddings"), ("tfmatcomp.analyses", "heads")]
+    assert [_import_problem(*f) for f in found] == [
+        "from tfmatcomp import embeddings: no such name", None]
 
 
 # ------------------------------------------------------------------ griffe extension
