@@ -79,6 +79,9 @@ def test_load_model_and_checkpoints(trained_tiny):
     assert isinstance(datapath.load_model(tm.list_checkpoints(out)[300]), tm.HookedEncoder)
     with pytest.raises(TypeError, match="models"):
         datapath.load_model(3)
+    # a name that is no directory (a bundled run's name, a typo) says so, naming run_dir
+    with pytest.raises(ValueError, match=r"checkpoints: 'tiny' does not exist .*run_dir"):
+        datapath.load_checkpoints("tiny")
 
 
 def test_loss_values_are_floats(tiny_model, batch4):

@@ -135,6 +135,9 @@ def load_checkpoints(checkpoints, device: torch.device | str | None = None) -> d
     if isinstance(checkpoints, (str, Path)):
         from tfmatcomp.runs.checkpoint import list_checkpoints
 
+        if not Path(checkpoints).exists():
+            raise ValueError(f"checkpoints: {str(checkpoints)!r} does not exist (a bundled run's "
+                             f"directory is tfmatcomp.pretrained.run_dir(name))")
         checkpoints = list_checkpoints(checkpoints)
     out: dict[int, HookedEncoder] = {}
     if isinstance(checkpoints, Mapping):
