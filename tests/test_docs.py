@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import os
 import pkgutil
@@ -178,8 +180,6 @@ def test_snippets_run(page, tmp_path, monkeypatch, capsys):
 def _tfmatcomp_imports(code: str) -> list[tuple[str, str | None]]:
     """``(module, name)`` for every tfmatcomp import in ``code`` (``name`` None for ``import m``);
     a block that does not parse as a whole is read statement by statement."""
-    import ast
-
     try:
         trees = [ast.parse(code)]
     except SyntaxError:
@@ -202,8 +202,6 @@ def _tfmatcomp_imports(code: str) -> list[tuple[str, str | None]]:
 
 
 def _import_problem(module: str, name: str | None) -> str | None:
-    import importlib
-
     try:
         mod = importlib.import_module(module)
     except ImportError as err:

@@ -293,22 +293,24 @@ OTHER_FORMATS = {
 }
 
 
+def _string_constants():
+    """``(file, line, value)`` of every string constant in the package's modules."""
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                yield rel, node.lineno, node.value
+
+
 def run_directory_names() -> list[tuple[str, int, str]]:
     """``(file, line, name)`` of every string constant outside runs/layout.py equal to a run
     directory name of :mod:`tfmatcomp.runs.layout` (rule 6), less :data:`OTHER_FORMATS`."""
     from tfmatcomp.runs import layout
 
     names = {v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str)}
-    found = []
-    for path in sorted(PKG.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel == "tfmatcomp/runs/layout.py":
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(node, ast.Constant) and node.value in names
-                    and (rel, node.value) not in OTHER_FORMATS):
-                found.append((rel, node.lineno, node.value))
-    return found
+    return [(rel, line, value) for rel, line, value in _string_constants()
+            if value in names and rel != "tfmatcomp/runs/layout.py"
+            and (rel, value) not in OTHER_FORMATS]
 
 
 def test_run_directory_names_are_spelled_in_layout_only():
@@ -316,12 +318,7 @@ def test_run_directory_names_are_spelled_in_layout_only():
 
 
 def test_other_formats_entries_are_still_needed():
-    spelled = {(rel, name) for path in PKG.rglob("*.py")
-               for rel in [path.relative_to(ROOT).as_posix()]
-               for node in ast.walk(ast.parse(path.read_text()))
-               if isinstance(node, ast.Constant) and isinstance(node.value, str)
-               for name in [node.value]}
-    assert set(OTHER_FORMATS) <= spelled
+    assert set(OTHER_FORMATS) <= {(rel, value) for rel, _, value in _string_constants()}
 
 
 def test_allow_list_entries_are_still_needed():
