@@ -1,16 +1,26 @@
 """Interventions that nothing can leave half-applied (issue 13, finding 6).
 
-A SIGALRM handler raises KeyboardInterrupt at a random moment around an intervention context (a
-weight transplant + positional permutation + uniform ablation + MASK substitution) or a
-``model.hooks`` / ``run_with_hooks`` call; afterwards the model must be exactly as before: no hook
-attached (at TransformerLens's level and at PyTorch's), the same ``nn.Parameter`` objects holding
+A SIGALRM handler raises KeyboardInterrupt around an intervention context (a weight transplant +
+positional permutation + uniform ablation + MASK substitution) or a ``model.hooks`` /
+``run_with_hooks`` call; afterwards the model must be exactly as before: no hook attached (at
+TransformerLens's level and at PyTorch's), the same ``nn.Parameter`` objects holding
 bit-identical data, and the signal handlers the test installed.
+
+Where the signal lands is chosen two ways. A trace function (:class:`Injector`) raises it at
+chosen points of the interpreter's own schedule, the same in every run: the places where CPython
+3.11+ runs pending signal handlers (a function's start, the instruction after a call, a backward
+jump), spread over ``__enter__``, the body and ``__exit__``, so every phase is covered however
+fast or busy the machine is. A real timer (``setitimer``) at random delays checks the same with
+the interpreter's own delivery; how many of its runs it interrupts depends on the machine's
+speed, so it only asserts a floor that a run of milliseconds cannot miss.
 """
 
 from __future__ import annotations
 
+import dis
 import random
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -178,9 +188,121 @@ def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
                                     lambda: assert_untouched(model, before, alarm), want_hits=600)
     print(f"\n{runs} contexts, {hits} interrupted; landed in: {dict(alarm.landed)}; "
           f"phase medians (ms): { {k: round(v * 1e3, 3) for k, v in phases.items()} }")
-    assert hits >= 500
+    # a quarter of the delays fall inside the measured enter phase (a millisecond or more): even a
+    # machine many times faster than the one timed above is interrupted in far more than 50 runs.
+    # Which phases the timer reaches depends on the machine; the traced test below covers each.
+    assert hits >= 50
+    assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
+
+
+_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+_after_call: dict = {}
+
+
+def _offsets_after_a_call(code) -> set[int]:
+    got = _after_call.get(code)
+    if got is None:
+        got, previous = set(), None
+        for ins in dis.get_instructions(code):
+            if previous in _CALLS:
+                got.add(ins.offset)
+            previous = ins.opname
+        _after_call[code] = got
+    return got
+
+
+class Injector:
+    """A trace function that raises SIGALRM at the ``at``-th point where the interpreter would run
+    a pending signal handler: a function's start, the instruction after a call (CPython checks
+    after ``CALL``, not between ``PRECALL`` and ``CALL``), the target of a backward jump. With
+    ``at=None`` it only records ``alarm.phase`` at every such point (``phases``). Tracing stops at
+    the raise, so the rest of the run goes at full speed."""
+
+    def __init__(self, alarm: Alarm, at: int | None = None):
+        self.alarm, self.at, self.n = alarm, at, 0
+        self.last: dict[int, int] = {}  # id(frame) -> offset of its last traced instruction
+        self.phases: list[str] = []
+
+    def __call__(self, frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "call":
+            point = True
+        elif event == "opcode":
+            offset = frame.f_lasti
+            point = (offset < self.last.get(id(frame), -1)
+                     or offset in _offsets_after_a_call(frame.f_code))
+            self.last[id(frame)] = offset
+        else:
+            if event == "return":
+                self.last.pop(id(frame), None)
+            point = False
+        if point:
+            if self.at is None:
+                self.phases.append(self.alarm.phase)
+            elif self.n == self.at:
+                sys.settrace(None)
+                frame.f_trace = None
+                signal.raise_signal(signal.SIGALRM)  # its handler runs here, in this frame's callee
+            self.n += 1
+        return self
+
+
+def traced(run, alarm, injector):
+    alarm.phase = "enter"
+    sys.settrace(injector)
+    try:
+        run(alarm)
+        alarm.phase = "after"
+    finally:
+        sys.settrace(None)
+
+
+def spread(indices: list[int], edge: int, middle: int) -> list[int]:
+    """The first and last ``edge`` of ``indices`` and ``middle`` evenly spaced between."""
+    n = len(indices)
+    picked = set(indices[:edge]) | set(indices[-edge:])
+    picked |= {indices[round(k * (n - 1) / (middle - 1))] for k in range(middle)}
+    return sorted(picked)
+
+
+@pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info < (3, 11),
+                    reason="the injection points are CPython 3.11+'s eval-breaker checks")
+def test_interrupts_at_traced_points_of_every_phase_leave_nothing_behind(alarm):
+    model = tm.HookedEncoder(CFG, seed=0).eval()
+    donor = tm.HookedEncoder(CFG, seed=1).eval()
+    tokens = tm.MatrixCompletionTask(4, rank=1).sample(
+        8, generator=torch.Generator().manual_seed(0)).tokens
+    iv = compose(WeightTransplant(donor, "qkv"), PositionalPermutation(seed=0, n_positions=16),
+                 UniformAttentionAblation([(0, 1), (1, 2)]), MaskSubstitution(0.44))
+    want = iv.run(model, tokens)
+    before = state(model)
+
+    def run(alarm):
+        with iv.applied(model):
+            alarm.phase = "body"
+            model(tokens)
+            alarm.phase = "exit"
+
+    run(alarm)  # first-call work (caches) out of the way: the schedule below is then the same
+    schedule = Injector(alarm)
+    traced(run, alarm, schedule)
+    picks = [i for phase in ("enter", "body", "exit")
+             for i in spread([i for i, p in enumerate(schedule.phases) if p == phase], 15, 10)]
+    hits = 0
+    for at in picks:
+        alarm.armed = True
+        try:
+            traced(run, alarm, Injector(alarm, at))
+        except KeyboardInterrupt:
+            hits += 1
+        finally:
+            alarm.disarm()
+        assert_untouched(model, before, alarm)
+    print(f"\n{len(picks)} of {len(schedule.phases)} points; landed in: {dict(alarm.landed)}")
+    # an interrupt raised while a generator is being closed is printed and dropped by Python itself
+    assert hits >= len(picks) - 5
     for phase in ("enter", "body", "exit"):
-        assert alarm.landed[phase] >= 10, dict(alarm.landed)
+        assert alarm.landed[phase] >= 25, dict(alarm.landed)
     assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
 
 
