@@ -8,7 +8,7 @@ bit-identical data, and the signal handlers the test installed.
 
 Where the signal lands is chosen two ways. A trace function (:class:`Injector`) raises it at
 chosen points of the interpreter's own schedule, the same in every run: the places where CPython
-3.11+ runs pending signal handlers (a function's start, the instruction after a call, a backward
+runs pending signal handlers (a function's start, the instruction after a call, a backward
 jump), spread over ``__enter__``, the body and ``__exit__``, so every phase is covered however
 fast or busy the machine is. A real timer (``setitimer``) at random delays checks the same with
 the interpreter's own delivery; how many of its runs it interrupts depends on the machine's
@@ -195,7 +195,8 @@ def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
     assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
 
 
-_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX"})
+# 3.11+ and 3.10 spellings of a call (3.10 checks for signals before nearly every opcode anyway)
+_CALLS = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_FUNCTION", "CALL_FUNCTION_KW", "CALL_METHOD"})
 _after_call: dict = {}
 
 
@@ -265,8 +266,10 @@ def spread(indices: list[int], edge: int, middle: int) -> list[int]:
     return sorted(picked)
 
 
-@pytest.mark.skipif(sys.implementation.name != "cpython" or sys.version_info < (3, 11),
-                    reason="the injection points are CPython 3.11+'s eval-breaker checks")
+# an interrupt raised while Python closes a generator is printed and dropped by Python itself
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.skipif(sys.implementation.name != "cpython",
+                    reason="the injection points are CPython's eval-breaker checks")
 def test_interrupts_at_traced_points_of_every_phase_leave_nothing_behind(alarm):
     model = tm.HookedEncoder(CFG, seed=0).eval()
     donor = tm.HookedEncoder(CFG, seed=1).eval()
@@ -299,13 +302,14 @@ def test_interrupts_at_traced_points_of_every_phase_leave_nothing_behind(alarm):
             alarm.disarm()
         assert_untouched(model, before, alarm)
     print(f"\n{len(picks)} of {len(schedule.phases)} points; landed in: {dict(alarm.landed)}")
-    # an interrupt raised while a generator is being closed is printed and dropped by Python itself
-    assert hits >= len(picks) - 5
+    assert hits >= len(picks) - 5  # the rest landed in a generator's close (see the mark above)
     for phase in ("enter", "body", "exit"):
         assert alarm.landed[phase] >= 25, dict(alarm.landed)
     assert torch.equal(iv.run(model, tokens), want)  # later runs are still right
 
 
+# an interrupt raised while Python closes a generator is printed and dropped by Python itself
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_randomly_interrupted_hooks_and_run_with_hooks_leave_nothing_behind(alarm):
     model = tm.HookedEncoder(CFG, seed=0).eval()
     donor = tm.HookedEncoder(CFG, seed=1).eval()
@@ -329,7 +333,22 @@ def test_randomly_interrupted_hooks_and_run_with_hooks_leave_nothing_behind(alar
     delays = (rng.uniform(0, 1.2 * phases["body"]) for _ in range(3000))
     _, hits = interrupted_trials(model, alarm, run, delays,
                                  lambda: assert_untouched(model, before, alarm), want_hits=100)
-    assert hits >= 100
+    assert hits >= 20  # a floor no machine speed can miss; the traced test below sweeps the call
+
+    schedule = Injector(alarm)
+    traced(run, alarm, schedule)
+    picks = spread(list(range(len(schedule.phases))), 15, 20)
+    hits = 0
+    for at in picks:
+        alarm.armed = True
+        try:
+            traced(run, alarm, Injector(alarm, at))
+        except KeyboardInterrupt:
+            hits += 1
+        finally:
+            alarm.disarm()
+        assert_untouched(model, before, alarm)
+    assert hits >= len(picks) - 5
 
 
 class _SignalledTransplant(WeightTransplant):
