@@ -132,7 +132,7 @@ def test_runs_that_must_stay_explicit():
     with pytest.raises(ValueError, match="fast: .*HookedDecoder"):
         tm.Trainer("gpt-tiny", progress=False, fast=True)
     # left to choose (None), the same runs quietly keep the explicit step even on CUDA
-    assert fast_step.blocker(tm.HookedEncoder(tm.get_preset("tiny").model), True)
+    assert fast_step.blocker(tm.HookedEncoder, True)
     trainer = tm.Trainer("tiny", fast=True, **KW)
     trainer.model.add_hook("blocks.0.attn.hook_pattern", lambda t, hook: t)
     with pytest.warns(UserWarning, match="hooks are attached"):

@@ -69,8 +69,8 @@ def test_which_step_takes_them():
     from tfmatcomp.training import fast_step
 
     model = tm.HookedEncoder(tm.get_preset("tiny").model)
-    assert fast_step.blocker(model, False, [Freeze("mlp")], "cpu") is None
-    assert "CUDA" in fast_step.blocker(model, False, [Freeze("mlp")], "cuda")
+    assert fast_step.blocker(type(model), False, [Freeze("mlp")], "cpu") is None
+    assert "CUDA" in fast_step.blocker(type(model), False, [Freeze("mlp")], "cuda")
     with pytest.raises(ValueError, match="attention penalty"):
         tm.Trainer("tiny", interventions=[RowColumnAttentionPenalty(1.0)], fast=True,
                    progress=False)

@@ -161,12 +161,13 @@ def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None,
     return decide(fast, device, blocked_by, d_model)[0]
 
 
-def blocker(model: nn.Module, own_step: bool, interventions: Sequence[DuringTraining] = (),
+def blocker(model_class: type[nn.Module], own_step: bool,
+            interventions: Sequence[DuringTraining] = (),
             device: torch.device | str = "cpu") -> str | None:
     """Why a run must keep the explicit step (None: it may take the fast one).
 
     Args:
-        model: the model trained.
+        model_class: the class of the model trained (decided before any model is built).
         own_step: the trainer class replaces the training step (data-parallel training).
         interventions: the run's interventions during training (``TrainConfig.interventions``):
             the CPU fast step applies attention scaling, freezing and re-initializing (its
@@ -174,8 +175,8 @@ def blocker(model: nn.Module, own_step: bool, interventions: Sequence[DuringTrai
             neither the attention penalty.
         device: where the run trains.
     """
-    if not isinstance(model, HookedEncoder):
-        return f"a {type(model).__name__} (the fast step trains the encoder)"
+    if not issubclass(model_class, HookedEncoder):
+        return f"a {model_class.__name__} (the fast step trains the encoder)"
     if own_step:
         return "a trainer with its own training step"
     if interventions and torch.device(device).type != "cpu":

@@ -44,8 +44,10 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.training.loop import (
     Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
 )
-from tfmatcomp.models.objectives import OBJECTIVES
-from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult
+from tfmatcomp.models.objectives import OBJECTIVES, objective_for
+from tfmatcomp.training import fast_step
+from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult, default_device
+from tfmatcomp.validation import check_device
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "parse_seeds",
            "write_group_file"]
@@ -480,9 +482,12 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     model_cfg, task_cfg, train_cfg = setup.configs()
     if any(isinstance(iv, RowColumnAttentionPenalty) for iv in train_cfg.interventions):
         return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
-    probe = Trainer(setup.preset, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg,
-                    device=setup.device, progress=False)
-    if probe.fast and (probe.device.type == "cpu" or train_cfg.fast):
+    device = check_device("device", setup.device) if setup.device is not None else default_device()
+    blocked_by = fast_step.blocker(objective_for(model_cfg).model_class, False,
+                                   train_cfg.interventions, device)
+    fast = fast_step.use_fast(train_cfg.fast, device, blocked_by,
+                              getattr(model_cfg, "d_model", None))
+    if fast and (device.type == "cpu" or train_cfg.fast):
         # on a CPU the batched program costs K single runs anyway, in float32; on a GPU it is
         # nearly free, so it keeps the seeds batched unless fast=True asks for the fast step
         return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)

@@ -217,7 +217,7 @@ class Trainer:
         #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
         self.fast, self.step_reason = fast_step.decide(
             self.train_cfg.fast, self.device,
-            fast_step.blocker(self.model, own_step, self.train_cfg.interventions, self.device),
+            fast_step.blocker(type(self.model), own_step, self.train_cfg.interventions, self.device),
             getattr(self.model_cfg, "d_model", None))
         #: the model's parameters by name (the same objects for the whole run)
         self._named_parameters = dict(self.model.named_parameters())
