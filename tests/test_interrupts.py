@@ -155,13 +155,20 @@ def delays_for(phases, n, rng):
             yield rng.uniform(0, 1.3 * (enter + exit_)), False
 
 
-def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
+def composition():
+    """A model, a batch of 4x4 rank-1 matrices, and four interventions composed: a weight
+    transplant, a positional permutation, a uniform ablation and a MASK substitution."""
     model = tm.HookedEncoder(CFG, seed=0).eval()
     donor = tm.HookedEncoder(CFG, seed=1).eval()
     tokens = tm.MatrixCompletionTask(4, rank=1).sample(
         8, generator=torch.Generator().manual_seed(0)).tokens
     iv = compose(WeightTransplant(donor, "qkv"), PositionalPermutation(seed=0, n_positions=16),
                  UniformAttentionAblation([(0, 1), (1, 2)]), MaskSubstitution(0.44))
+    return model, tokens, iv
+
+
+def test_randomly_interrupted_compositions_leave_nothing_behind(alarm):
+    model, tokens, iv = composition()
     want = iv.run(model, tokens)
     before = state(model)
     body = [True]
@@ -258,6 +265,22 @@ def traced(run, alarm, injector):
         sys.settrace(None)
 
 
+def traced_trials(run, alarm, picks, check) -> int:
+    """Run ``run(alarm)`` once per point in ``picks`` with the signal raised there (see
+    :class:`Injector`), ``check()`` after each. Returns how many runs were interrupted."""
+    hits = 0
+    for at in picks:
+        alarm.armed = True
+        try:
+            traced(run, alarm, Injector(alarm, at))
+        except KeyboardInterrupt:
+            hits += 1
+        finally:
+            alarm.disarm()
+        check()
+    return hits
+
+
 def spread(indices: list[int], edge: int, middle: int) -> list[int]:
     """The first and last ``edge`` of ``indices`` and ``middle`` evenly spaced between."""
     n = len(indices)
@@ -271,12 +294,7 @@ def spread(indices: list[int], edge: int, middle: int) -> list[int]:
 @pytest.mark.skipif(sys.implementation.name != "cpython",
                     reason="the injection points are CPython's eval-breaker checks")
 def test_interrupts_at_traced_points_of_every_phase_leave_nothing_behind(alarm):
-    model = tm.HookedEncoder(CFG, seed=0).eval()
-    donor = tm.HookedEncoder(CFG, seed=1).eval()
-    tokens = tm.MatrixCompletionTask(4, rank=1).sample(
-        8, generator=torch.Generator().manual_seed(0)).tokens
-    iv = compose(WeightTransplant(donor, "qkv"), PositionalPermutation(seed=0, n_positions=16),
-                 UniformAttentionAblation([(0, 1), (1, 2)]), MaskSubstitution(0.44))
+    model, tokens, iv = composition()
     want = iv.run(model, tokens)
     before = state(model)
 
@@ -291,16 +309,7 @@ def test_interrupts_at_traced_points_of_every_phase_leave_nothing_behind(alarm):
     traced(run, alarm, schedule)
     picks = [i for phase in ("enter", "body", "exit")
              for i in spread([i for i, p in enumerate(schedule.phases) if p == phase], 15, 10)]
-    hits = 0
-    for at in picks:
-        alarm.armed = True
-        try:
-            traced(run, alarm, Injector(alarm, at))
-        except KeyboardInterrupt:
-            hits += 1
-        finally:
-            alarm.disarm()
-        assert_untouched(model, before, alarm)
+    hits = traced_trials(run, alarm, picks, lambda: assert_untouched(model, before, alarm))
     print(f"\n{len(picks)} of {len(schedule.phases)} points; landed in: {dict(alarm.landed)}")
     assert hits >= len(picks) - 5  # the rest landed in a generator's close (see the mark above)
     for phase in ("enter", "body", "exit"):
@@ -333,21 +342,12 @@ def test_randomly_interrupted_hooks_and_run_with_hooks_leave_nothing_behind(alar
     delays = (rng.uniform(0, 1.2 * phases["body"]) for _ in range(3000))
     _, hits = interrupted_trials(model, alarm, run, delays,
                                  lambda: assert_untouched(model, before, alarm), want_hits=100)
-    assert hits >= 20  # a floor no machine speed can miss; the traced test below sweeps the call
+    assert hits >= 20  # a floor no machine speed can miss; the traced points below cover the call
 
     schedule = Injector(alarm)
     traced(run, alarm, schedule)
     picks = spread(list(range(len(schedule.phases))), 15, 20)
-    hits = 0
-    for at in picks:
-        alarm.armed = True
-        try:
-            traced(run, alarm, Injector(alarm, at))
-        except KeyboardInterrupt:
-            hits += 1
-        finally:
-            alarm.disarm()
-        assert_untouched(model, before, alarm)
+    hits = traced_trials(run, alarm, picks, lambda: assert_untouched(model, before, alarm))
     assert hits >= len(picks) - 5
 
 
