@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfmatcomp import MatrixBatch, MatrixCompletionTask
+from tfmatcomp.task.data import DISTRIBUTIONS
 
 
 def gen(seed=0):
@@ -34,7 +35,7 @@ def test_same_generator_same_batch_and_rank():
 
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(1, 6), m=st.integers(1, 6), p=st.floats(0, 0.95), seed=st.integers(0, 2**31 - 1),
-       dist=st.sampled_from(["uniform", "gaussian", "laplace"]))
+       dist=st.sampled_from(DISTRIBUTIONS))
 def test_sampling_properties(n, m, p, seed, dist):
     r = min(n, m)
     task = MatrixCompletionTask(n_rows=n, n_cols=m, rank=r, p_mask=p, distribution=dist)

@@ -17,7 +17,7 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.training import fast_step
 from tfmatcomp.training.steps import ExplicitStep, FastTrainerStep
-from tfmatcomp.task.data import MatrixCompletionTask
+from tfmatcomp.task.data import DISTRIBUTIONS, MatrixCompletionTask
 from tfmatcomp.runs.layout import RUN_FILE
 
 KW = dict(n_steps=5, batch_size=16, log_every=1, progress=False)
@@ -144,7 +144,7 @@ def test_runs_that_must_stay_explicit():
     assert not fast_step.hooks_attached(trainer.model)
 
 
-@pytest.mark.parametrize("distribution", ["uniform", "gaussian", "laplace"])
+@pytest.mark.parametrize("distribution", DISTRIBUTIONS)
 def test_device_sampling_is_the_task_stream(distribution):
     task = MatrixCompletionTask(n_rows=5, rank=2, p_mask=0.3, distribution=distribution)
     g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)

@@ -5,6 +5,16 @@ iid Uniform[-1, 1] by default) is flattened row-major into a sequence: position 
 col``. Each entry is observed with probability ``1 - p_mask``; masked entries become the MASK token.
 Targets are ``X`` rounded to two decimals (the tokenizer's grid), as in the papers.
 
+The factors' law (:data:`DISTRIBUTIONS`): ``"uniform"`` (Uniform[-1, 1], the papers'),
+``"gaussian"`` (N(0, 1)), ``"laplace"`` (Laplace(0, 1)), and the *matched* laws
+``"gaussian_matched"`` / ``"laplace_matched"``: the same shapes scaled to the variance of
+Uniform[-1, 1], 1/3 (:data:`UNIFORM_FACTOR_VARIANCE`), so that the entries of ``X`` have the
+variance they had in training (``rank / 9``). A matched draw is the unmatched one from the same
+generator, scaled (``gaussian_matched`` = ``gaussian / sqrt(3)``, ``laplace_matched`` =
+``laplace / sqrt(6)``). :attr:`MatrixCompletionTask.max_abs_entry` is the largest ``|entry|`` a
+task can produce (``rank`` for uniform factors): entries beyond a model's training value are
+tokens it never saw.
+
 Example:
     >>> import torch
     >>> from tfmatcomp import MatrixCompletionTask
@@ -19,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
@@ -29,11 +40,22 @@ from torch import Tensor
 from tfmatcomp.task.tokenizer import ValueTokenizer
 from tfmatcomp.validation import check_device
 
-__all__ = ["MatrixBatch", "MatrixCompletionTask", "MatrixMixtureTask", "Distribution", "DISTRIBUTIONS"]
+__all__ = ["MatrixBatch", "MatrixCompletionTask", "MatrixMixtureTask", "Distribution", "DISTRIBUTIONS",
+           "UNIFORM_FACTOR_VARIANCE", "FACTOR_VARIANCE", "max_abs_entry"]
 
-Distribution = Literal["uniform", "gaussian", "laplace"]
+Distribution = Literal["uniform", "gaussian", "laplace", "gaussian_matched", "laplace_matched"]
 #: The laws of the factors' entries, :data:`Distribution`'s values.
 DISTRIBUTIONS: tuple[str, ...] = get_args(Distribution)
+#: The variance of a Uniform[-1, 1] factor entry (the papers' training law), which the
+#: ``*_matched`` laws share.
+UNIFORM_FACTOR_VARIANCE: float = 1.0 / 3.0
+#: The variance of one factor entry under each law (before the tokenizer's clipping).
+FACTOR_VARIANCE: dict[str, float] = {"uniform": UNIFORM_FACTOR_VARIANCE, "gaussian": 1.0,
+                                     "laplace": 2.0, "gaussian_matched": UNIFORM_FACTOR_VARIANCE,
+                                     "laplace_matched": UNIFORM_FACTOR_VARIANCE}
+# the unit-law draw each *_matched law scales, and by how much (to variance 1/3)
+_MATCHED = {"gaussian_matched": ("gaussian", math.sqrt(UNIFORM_FACTOR_VARIANCE)),
+            "laplace_matched": ("laplace", math.sqrt(UNIFORM_FACTOR_VARIANCE / 2.0))}
 
 
 @dataclass(frozen=True)
@@ -145,14 +167,18 @@ class MatrixCompletionTask:
             "random" matrices).
         p_mask: probability that an entry is masked, in ``[0, 1)``.
         distribution: law of the entries of ``U`` and ``V``: ``"uniform"`` (Uniform[-1, 1], the
-            papers'), ``"gaussian"`` (N(0, 1)) or ``"laplace"`` (Laplace(0, 1)).
+            papers'), ``"gaussian"`` (N(0, 1)), ``"laplace"`` (Laplace(0, 1)), or
+            ``"gaussian_matched"`` / ``"laplace_matched"`` (the same laws with Uniform[-1, 1]'s
+            variance 1/3: N(0, 1/3), Laplace(0, 1/sqrt(6))).
         tokenizer: value tokenizer (the papers' by default). Samples outside its range are clipped
             to it, so heavy-tailed laws never fail mid-batch.
 
     Example:
         >>> task = MatrixCompletionTask(n_rows=4, rank=1)
-        >>> task.n_positions
-        16
+        >>> task.n_positions, task.max_abs_entry
+        (16, 1.0)
+        >>> MatrixCompletionTask(n_rows=4, rank=1, distribution="gaussian_matched").factor_variance
+        0.3333333333333333
     """
 
     n_rows: int = 7
@@ -180,14 +206,30 @@ class MatrixCompletionTask:
         """Sequence length ``n_rows * n_cols``."""
         return self.n_rows * self.n_cols
 
+    @property
+    def factor_variance(self) -> float:
+        """The variance of one entry of ``U`` or ``V`` (:data:`FACTOR_VARIANCE`; 1/3 for the
+        papers' Uniform[-1, 1])."""
+        return FACTOR_VARIANCE[self.distribution]
+
+    @property
+    def max_abs_entry(self) -> float:
+        """The largest ``|entry|`` this task can produce: :func:`max_abs_entry` of its law, rank
+        and tokenizer (``rank`` for uniform factors, 1 for uniform full-rank matrices; the
+        tokenizer's bound for unbounded laws)."""
+        return max_abs_entry(self.distribution, self.rank, self.tokenizer)
+
     def _draw(self, shape: tuple[int, ...], generator: torch.Generator | None,
               device: torch.device | str | None) -> Tensor:
-        if self.distribution == "uniform":
-            return torch.rand(shape, generator=generator, device=device) * 2 - 1
-        if self.distribution == "gaussian":
-            return torch.randn(shape, generator=generator, device=device)
-        u = torch.rand(shape, generator=generator, device=device).clamp_(1e-7, 1 - 1e-7) - 0.5
-        return -torch.sign(u) * torch.log1p(-2 * u.abs())  # Laplace(0, 1) by inversion
+        law, scale = _MATCHED.get(self.distribution, (self.distribution, None))
+        if law == "uniform":
+            x = torch.rand(shape, generator=generator, device=device) * 2 - 1
+        elif law == "gaussian":
+            x = torch.randn(shape, generator=generator, device=device)
+        else:
+            u = torch.rand(shape, generator=generator, device=device).clamp_(1e-7, 1 - 1e-7) - 0.5
+            x = -torch.sign(u) * torch.log1p(-2 * u.abs())  # Laplace(0, 1) by inversion
+        return x if scale is None else x * scale
 
     def sample_matrices(self, batch_size: int, generator: torch.Generator | None = None,
                         device: torch.device | str | None = None) -> Float[Tensor, "batch n_rows n_cols"]:
@@ -293,6 +335,16 @@ class MatrixMixtureTask:
         """Positions the largest size needs (``max(sizes) ** 2``)."""
         return self.n_rows * self.n_cols
 
+    @property
+    def factor_variance(self) -> float:
+        """As :attr:`MatrixCompletionTask.factor_variance` (shared by every size)."""
+        return FACTOR_VARIANCE[self.distribution]
+
+    @property
+    def max_abs_entry(self) -> float:
+        """As :attr:`MatrixCompletionTask.max_abs_entry` (shared by every size)."""
+        return max_abs_entry(self.distribution, self.rank, self.tokenizer)
+
     def sample_size(self, generator: torch.Generator | None = None) -> int:
         """One size drawn uniformly from ``sizes`` (one draw from ``generator``)."""
         i = torch.randint(len(self.sizes), (1,), generator=generator,
@@ -313,6 +365,27 @@ class MatrixMixtureTask:
         """
         return self._tasks[self.sample_size(generator)].sample(batch_size, generator, device,
                                                                observed)
+
+
+def max_abs_entry(distribution: str, rank: int | None,
+                  tokenizer: ValueTokenizer | None = None) -> float:
+    """The largest ``|entry|`` of ``X`` for factors of law ``distribution`` and rank ``rank``
+    (None: iid entries of that law), after the sampler's clipping to the tokenizer's range.
+
+    Uniform[-1, 1] factors give ``|X_ij| = |sum_k U_ik V_jk| <= rank`` (1 for iid uniform
+    entries); the other laws are unbounded, so their bound is the tokenizer's.
+
+    Example:
+        >>> max_abs_entry("uniform", 2), max_abs_entry("uniform", None), max_abs_entry("gaussian", 2)
+        (2.0, 1.0, 10.0)
+    """
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"distribution: must be one of {DISTRIBUTIONS}, got {distribution!r}")
+    tokenizer = tokenizer or ValueTokenizer()
+    clip = float(max(abs(tokenizer.v_min), abs(tokenizer.v_max)))
+    if distribution != "uniform":
+        return clip
+    return min(float(1 if rank is None else rank), clip)
 
 
 def _check_observed_shape(observed: Tensor, batch_size: int, n_positions: int) -> None:
