@@ -10,7 +10,9 @@ The common arguments, which each function's docstring refers to rather than repe
 * ``seed``: seeds the batch (the same for every condition); the same seed gives the same table.
 * ``batch_size``: matrices per forward pass.
 
-See docs/interventions.md.
+See docs/interventions.md. Head groups from a model's own head labels (the workshop paper's
+"uninterpretable" test for any shape) sit one layer up, with the labels:
+:func:`tfmatcomp.analyses.heads.label_group_ablation`.
 
 =============================  ======================================================  ==========
 function                       what                                                    paper
@@ -19,7 +21,8 @@ function                       what                                             
 :func:`attention_ablation`     losses with / without ablating all (or some) heads      3.1.2, 3.2.1
 :func:`weight_transplant`      Q/K/V (or other) transplant pre <-> post                3.1.2, 3.2.1
 :func:`positional_permutation` losses with permuted positional embeddings              3.2.1
-:func:`activation_patching`    X -> -X patch at hook_z, all layers and per layer       App. J
+:func:`permutation_summary`    mean / std / min / max over the permutations            3.2.1
+:func:`activation_patching`    X -> -X patch at hook_z: all, per layer, per head       App. J
 :func:`head_group_ablation`    head groups, losses without / with and ratios           002 App. L
 :func:`head_ablation_scan`     layers x heads table of the change in L_mask            (ours)
 :func:`attention_change`       per head: attention on same row / column / self / SEP   001 Fig. 12
@@ -37,12 +40,13 @@ from tfmatcomp.experiments.attention_change import attention_change, attention_t
 from tfmatcomp.experiments.ablation import attention_ablation, head_ablation_scan, head_group_ablation
 from tfmatcomp.experiments.copying import copying_check
 from tfmatcomp.experiments.patching import activation_patching
-from tfmatcomp.experiments.permutation import positional_permutation
+from tfmatcomp.experiments.permutation import permutation_summary, positional_permutation
 from tfmatcomp.experiments.reference import PAPER_HEAD_GROUPS, PAPER_LABEL
 from tfmatcomp.experiments.transplant import weight_transplant
 
 __all__ = [
     "copying_check", "attention_ablation", "weight_transplant", "positional_permutation",
+    "permutation_summary",
     "activation_patching", "head_group_ablation", "head_ablation_scan", "PAPER_HEAD_GROUPS",
     "PAPER_LABEL", "attention_change", "attention_targets",
 ]

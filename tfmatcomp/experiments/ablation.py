@@ -145,7 +145,9 @@ def head_group_ablation(
         groups: ``"paper"`` (the papers' groups, :data:`~tfmatcomp.experiments.reference.PAPER_HEAD_GROUPS`,
             4-layer 8-head models only), ``"layers"`` (one group per layer), or a mapping from a name
             to heads: a string in the papers' 1-based notation (``"(2,2-4), (2,6)"``), ``"all"``, or
-            0-based ``(layer, head)`` pairs.
+            0-based ``(layer, head)`` pairs. For groups from the model's own head labels (any
+            shape) see :func:`tfmatcomp.analyses.heads.label_group_ablation`, which builds such a
+            mapping and calls this function.
         variant: ``"uniform"`` or ``"mean"``.
 
     Returns:

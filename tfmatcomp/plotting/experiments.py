@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-__all__ = ["head_scan_heatmap", "patching_figure", "loss_bars_figure"]
+__all__ = ["head_scan_heatmap", "patching_figure", "patching_head_heatmap", "loss_bars_figure"]
 
 
 def head_scan_heatmap(scan: pd.DataFrame, *, title: str | None = None, text: bool = True) -> go.Figure:
@@ -66,16 +66,59 @@ def patching_figure(table: pd.DataFrame, *, entries: str = "masked", model: str 
         >>> [bar.name for bar in patching_figure(t).data]
         ['MSE(f_p, X)', 'MSE(f_p, -X)']
     """
-    t = table[table["entries"] == entries]
-    if model is not None:
-        t = t[t["model"] == model]
-    elif t["model"].nunique() > 1:
-        raise ValueError(f"model: the table holds several models {sorted(t['model'].unique())}; pick one")
+    t = _patching_rows(table, entries, model)
+    if "head" in t:  # per-head rows are drawn by patching_head_heatmap
+        t = t[t["head"].isna()]
     fig = go.Figure([go.Bar(x=t["patched"], y=t["mse_to_X"], name="MSE(f_p, X)"),
                      go.Bar(x=t["patched"], y=t["mse_to_neg_X"], name="MSE(f_p, -X)")])
     fig.update_layout(barmode="group", yaxis_title="MSE", xaxis_title="patched layers (0-based)",
                       title=title or f"Activation patching X -> -X, {entries} entries")
     return fig
+
+
+def _patching_rows(table: pd.DataFrame, entries: str, model: str | None) -> pd.DataFrame:
+    if entries not in ("masked", "observed"):
+        raise ValueError(f"entries: must be 'masked' or 'observed', got {entries!r}")
+    t = table[table["entries"] == entries]
+    if model is not None:
+        t = t[t["model"] == model]
+    elif t["model"].nunique() > 1:
+        raise ValueError(f"model: the table holds several models {sorted(t['model'].unique())}; pick one")
+    return t
+
+
+def patching_head_heatmap(table: pd.DataFrame, *, entries: str = "masked", model: str | None = None,
+                          value: str = "mse_to_X", title: str | None = None) -> go.Figure:
+    """Layers x heads heatmap of the per-head rows of
+    :func:`~tfmatcomp.experiments.activation_patching` (``per_head=True``): ``value`` with one
+    head patched minus ``value`` unpatched (negative ``mse_to_X``: that head alone moves the run
+    on ``-X`` towards ``X``). Labels 1-based, as :func:`head_scan_heatmap`.
+
+    Example:
+        >>> import pandas as pd
+        >>> t = pd.DataFrame({"model": "m", "entries": "masked", "patched": ["none", "head (0, 0)",
+        ...                   "head (0, 1)"], "layer": [None, 0, 0], "head": [None, 0, 1],
+        ...                   "mse_to_X": [0.5, 0.2, 0.5], "mse_to_neg_X": [0.1, 0.3, 0.1]})
+        >>> patching_head_heatmap(t).data[0].z.tolist()
+        [[-0.3, 0.0]]
+    """
+    t = _patching_rows(table, entries, model)
+    if value not in ("mse_to_X", "mse_to_neg_X"):
+        raise ValueError(f"value: must be 'mse_to_X' or 'mse_to_neg_X', got {value!r}")
+    if "head" not in t or t["head"].isna().all():
+        raise ValueError("table: has no per-head rows; run activation_patching(..., per_head=True)")
+    base = t.loc[t["patched"] == "none", value]
+    if len(base) != 1:
+        raise ValueError("table: needs exactly one unpatched ('none') row per model and entry kind")
+    heads = t[t["head"].notna()]
+    grid = heads.pivot_table(index="layer", columns="head", values=value, aggfunc="first")
+    grid = (grid - float(base.iloc[0])).round(12)
+    grid.index = [int(i) for i in grid.index]
+    grid.columns = [int(c) for c in grid.columns]
+    grid.attrs.update(value=f"{value}(head patched) - {value}(unpatched)",
+                      baseline=float(base.iloc[0]))
+    return head_scan_heatmap(grid, title=title or f"Per-head patching X -> -X, {entries} entries: "
+                             f"{value} with one head patched minus unpatched ({float(base.iloc[0]):.3g})")
 
 
 def loss_bars_figure(table: pd.DataFrame, *, x: str = "condition", metric: str = "L_mask",

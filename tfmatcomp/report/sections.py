@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -178,45 +179,111 @@ def _transplant(ctx: RunContext, s: Section) -> None:
               f"L_obs {_g(t[(paper.POST, paper.PRE)]['L_obs'])}.")
 
 
-def _permutation(ctx: RunContext, s: Section) -> None:
-    from tfmatcomp.experiments import positional_permutation
+#: How many random permutations the ``permutation`` section runs per model (seeds seed .. seed + k - 1).
+PERMUTATIONS = 5
 
-    s.items.append(positional_permutation(ctx.models, ctx.task, n_samples=ctx.n_samples,
-                                          seed=ctx.seed))
+
+def _permutation(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.experiments import permutation_summary, positional_permutation
+    from tfmatcomp.plotting.experiments import loss_bars_figure
+
+    table = positional_permutation(ctx.models, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed,
+                                   n_permutations=PERMUTATIONS)
+    summary = permutation_summary(table)
+    shown = table.assign(permutation=["baseline" if c == "baseline" else f"seed {k}" for c, k in
+                                      zip(table["condition"], table["permutation_seed"])])
+    s.items += [loss_bars_figure(shown, x="permutation", metric="L_mask",
+                                 title=f"L_mask with {PERMUTATIONS} random positional permutations"),
+                summary, table]
     v = paper.PAPER_PERMUTATION[paper.POST]
-    s.text = ("Positional embeddings randomly permuted (position i is represented as pi(i)). "
-              f"Copying needs no position; completion does. Paper, post-shift: L_obs {_g(v['L_obs'])}, "
+    ours = "; ".join(
+        f"{r['model']}: L_mask {_g(r['L_mask_baseline'])} unpermuted, {_g(r['L_mask_mean'])} on average "
+        f"(std {_g(r['L_mask_std'])}, {_g(r['L_mask_min'])}-{_g(r['L_mask_max'])}), L_obs "
+        f"{_g(r['L_obs_baseline'])} -> {_g(r['L_obs_mean'])} ({_g(r['L_obs_min'])}-{_g(r['L_obs_max'])})"
+        for _, r in summary.iterrows())
+    s.text = (f"Positional embeddings randomly permuted (position i is represented as pi(i)), "
+              f"{PERMUTATIONS} permutations (seeds {ctx.seed}..{ctx.seed + PERMUTATIONS - 1}) on the "
+              "same matrices; one permutation is one draw, so the table gives the mean, standard "
+              f"deviation, min and max over them. Copying needs no position; completion does. Here: "
+              f"{ours}. Paper, post-shift (one permutation): L_obs {_g(v['L_obs'])}, "
               f"L_mask {_g(v['L_mask'])}.")
 
 
 def _patching(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.experiments import activation_patching
-    from tfmatcomp.plotting.experiments import patching_figure
+    from tfmatcomp.plotting.experiments import patching_figure, patching_head_heatmap
 
     table = activation_patching({"post-shift": ctx.post}, ctx.task, n_samples=ctx.n_samples,
-                                seed=ctx.seed)
-    s.items += [patching_figure(table), table]
+                                seed=ctx.seed, per_head=True)
+    per_head = table["head"].notna()
+    s.items += [patching_figure(table), patching_head_heatmap(table), table[~per_head]]
+    heads = table[per_head & (table["entries"] == "masked")]
+    s.items.append(heads.pivot_table(index="layer", columns="head", values="mse_to_X",
+                                     aggfunc="first").rename_axis(columns=None).reset_index()
+                   .rename(columns=lambda c: c if c == "layer" else f"head {c}"))
     v = paper.PAPER_PATCHING["masked"]
+    t = table[table["entries"] == "masked"].set_index("patched")
+    none, every = t.loc["none"], t.loc["all"]
+    layers = table[(table["entries"] == "masked") & table["layer"].notna() & table["head"].isna()]
+    best = heads.loc[heads["mse_to_X"].idxmin()] if len(heads) else None
     s.text = ("Attention outputs (hook_z) recorded on X are written into the run on -X with the same "
-              "mask. If attention carries the completion, the masked outputs follow X. Paper, all "
-              f"layers patched: MSE(f_p, X) about {_g(v['mse_to_X'])} and MSE(f_p, -X) about "
-              f"{_g(v['mse_to_neg_X'])} at masked entries.")
+              "mask: all layers together, each layer alone, and each head alone (layers and heads "
+              "0-based in the tables, 1-based in the heatmap). The all-layers row at masked entries "
+              "is true by construction (column by_construction): at masked positions the X and -X "
+              "runs read the same input (MASK at the same position), and attention is the only "
+              "place positions mix, so writing every head's output from X reproduces f(X) there for "
+              "any model, trained or not. It shows nothing about this model; only the per-layer "
+              "and per-head rows do: which part of the attention alone carries the completion. "
+              f"Here, at masked entries: unpatched MSE(f_p, X) {_g(none['mse_to_X'])}, MSE(f_p, -X) "
+              f"{_g(none['mse_to_neg_X'])}; all layers {_g(every['mse_to_X'])} / "
+              f"{_g(every['mse_to_neg_X'])} (= the model's own L_mask on X); "
+              + ", ".join(f"layer {int(r['layer'])} alone {_g(r['mse_to_X'])} / {_g(r['mse_to_neg_X'])}"
+                          for _, r in layers.iterrows())
+              + (f"; the head that moves f_p furthest towards X alone is ({int(best['layer'])}, "
+                 f"{int(best['head'])}) (0-based), MSE(f_p, X) {_g(best['mse_to_X'])}"
+                 if best is not None else "")
+              + f". Paper, all layers patched (true by construction as here): MSE(f_p, X) about "
+              f"{_g(v['mse_to_X'])} and MSE(f_p, -X) about {_g(v['mse_to_neg_X'])} at masked "
+              "entries; the papers give no per-layer or per-head values.")
 
 
 def _head_groups(ctx: RunContext, s: Section) -> None:
+    from tfmatcomp.analyses.heads import LABEL_GROUPS, label_group_ablation
     from tfmatcomp.experiments import head_group_ablation
 
     cfg = ctx.post.cfg
     paper_shape = cfg.n_layers >= 4 and cfg.n_heads >= 8
-    s.items.append(head_group_ablation({"post-shift": ctx.post}, ctx.task,
-                                       groups="paper" if paper_shape else "layers",
-                                       n_samples=ctx.n_samples, seed=ctx.seed))
+    own = label_group_ablation({"post-shift": ctx.post}, ctx.task, n_samples=ctx.n_samples,
+                               seed=ctx.seed)
+    fixed = head_group_ablation({"post-shift": ctx.post}, ctx.task,
+                                groups="paper" if paper_shape else "layers",
+                                n_samples=ctx.n_samples, seed=ctx.seed)
+    s.items.append(pd.concat([own, fixed], ignore_index=True))
     v = paper.PAPER_HEAD_GROUP_VALUES["uninterpretable"]
-    s.text = (f"Groups of heads ablated together, with the ratio to the unablated loss. Paper (4L8H): "
-              f"ablating {paper.PAPER_HEAD_GROUPS['uninterpretable']} moves L_mask only from "
+
+    def said(name: str, what: str) -> str:
+        r = own[own["group"] == name].iloc[0]
+        if not r["heads"]:
+            return f"no head is labelled {what} in this model, so that group is empty"
+        kinds = Counter(part.rsplit(" ", 1)[-1] for part in r["head_types"].split("; "))
+        return (f"the heads labelled {what}, {r['heads_paper']} ("
+                + ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+                + f"), ablated together move L_mask from {_g(r['L_mask_without'])} to "
+                f"{_g(r['L_mask_with'])} ({_g(r['ratio_L_mask'])}x) and L_obs from "
+                f"{_g(r['L_obs_without'])} to {_g(r['L_obs_with'])}")
+
+    s.text = ("Groups of heads ablated together (uniform attention), with the ratio to the unablated "
+              "loss. First the workshop paper's test in this model's own terms: each post-shift "
+              "head is labelled from its mean attention on the same matrices (as in the attention "
+              "section; 1-based labels, each head's label in column head_types), and "
+              f"{said(LABEL_GROUPS[0], 'neither row, column nor identity')}; "
+              f"{said(LABEL_GROUPS[1], 'row or column')}. "
+              f"Paper (4L8H): ablating its uninterpretable heads "
+              f"{paper.PAPER_HEAD_GROUPS['uninterpretable']} moves L_mask only from "
               f"{_g(v['L_mask_without'])} to {_g(v['L_mask_with'])}. "
-              + ("The papers' groups are used." if paper_shape else
-                 "This model is smaller than the papers', so each layer's heads form a group."))
+              + ("The papers' own groups (by their 4L8H labels) follow." if paper_shape else
+                 "This model is smaller than the papers', so instead of their groups each layer's "
+                 "heads form a group."))
 
 
 def _head_scan(ctx: RunContext, s: Section) -> None:
@@ -470,9 +537,22 @@ def _ood(ctx: RunContext, s: Section) -> None:
 
     table = evaluate_ood(ctx.post, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
     s.items += [ood_figure(table), table]
-    s.text = ("The post-shift model on inputs it was not trained on (Gaussian / Laplace entries, other "
-              "ranks and shapes, full-rank matrices), next to nuclear-norm minimization on the same "
-              "inputs. Paper: the model degrades gracefully on nearby distributions.")
+    rows = table[(table["method"] == "model") & (table["group"] == "distribution")]
+    bound = table["train_max_abs"].iloc[0]
+    laws = "; ".join(f"{r['value']}: {100 * r['frac_outside_train_range']:.1f}% outside, L_mask "
+                     f"{_g(r['L_mask'])}" for _, r in rows.iterrows()) or "no other law was tried"
+    train = table[(table["method"] == "model") & (table["group"] == "in_distribution")].iloc[0]
+    s.text = ("The post-shift model on inputs it was not trained on (other laws of the factors' "
+              "entries, other ranks and shapes, full-rank matrices), next to nuclear-norm "
+              "minimization on the same inputs. Gaussian N(0, 1) and Laplace(0, 1) factors have "
+              "three and six times the variance of the training Uniform[-1, 1] factors, so many of "
+              "their entries lie beyond the largest value seen in training "
+              f"(|entry| <= {_g(bound)} for this task), tokens the model never saw; the *_matched "
+              "laws have the same shapes scaled to the training variance (factor variance 1/3), "
+              "which separates another law from unseen values. Column frac_outside_train_range "
+              f"gives the share of entries beyond the training range. Here (training L_mask "
+              f"{_g(train['L_mask'])}): {laws}. Paper: the model degrades gracefully on nearby "
+              "distributions.")
 
 
 # --------------------------------------------------------------------- decomposition

@@ -26,6 +26,10 @@ heads by thresholds. Its modules:
   per head by a priority order, and every passing type);
 * :mod:`tfmatcomp.analyses.heads.analysis`: a model's maps on samples of a task (:func:`analyse_heads`) and
   across checkpoints (:func:`head_score_evolution`).
+* :mod:`tfmatcomp.analyses.heads.groups`: head groups from a model's own labels
+  (:func:`label_head_groups`: the heads that are neither row, column nor identity heads, and the
+  row + column heads) and their ablation (:func:`label_group_ablation`), the workshop paper's
+  "uninterpretable heads" test for any shape.
 
 Layers and heads are 0-based (``layer``, ``head`` columns); ``paper_label`` is the papers' 1-based
 ``"(layer, head)"`` (:func:`tfmatcomp.interventions.sites.paper_label`, re-exported here).
@@ -46,6 +50,8 @@ from __future__ import annotations
 from tfmatcomp.analyses.heads.analysis import (HeadAnalysis, analyse_heads, attention_patterns, head_score_evolution,
                                       mean_attention_patterns)
 from tfmatcomp.analyses.heads.classify import HEAD_TYPES, TYPE_SCORE, HeadThresholds, classify_heads
+from tfmatcomp.analyses.heads.groups import (INTERPRETABLE_TYPES, LABEL_GROUPS, label_group_ablation,
+                                            label_head_groups)
 from tfmatcomp.analyses.heads.scores import (SCORE_COLUMNS, SCORES, HeadScore, HeadScoreAccumulator, Pooled,
                                     head_scores, score_table)
 from tfmatcomp.models.hook_names import pattern_hook_names
@@ -69,5 +75,9 @@ __all__ = [
     "classify_heads",
     "analyse_heads",
     "head_score_evolution",
+    "INTERPRETABLE_TYPES",
+    "LABEL_GROUPS",
+    "label_head_groups",
+    "label_group_ablation",
     "paper_label",
 ]
