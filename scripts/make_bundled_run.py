@@ -26,10 +26,9 @@ from pathlib import Path
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.runs.checkpoint_files import seal_config
+from tfmatcomp.runs.checkpoint import load_checkpoint_info
 from tfmatcomp.runs.layout import (
-    CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, METRICS_FILE, PRETRAINED_FILE, RUN_FILE, STATE_FILE,
-    STATE_TENSORS_FILE, seed_dir,
+    CHECKPOINTS_DIR, GROUP_FILE, METRICS_FILE, PRETRAINED_FILE, RUN_FILE, seed_dir,
 )
 from tfmatcomp.training.multiseed import write_group_file, parse_seeds
 from tfmatcomp.report.run import SeedGroup, choose_steps
@@ -79,14 +78,16 @@ def main() -> None:
     (target / CHECKPOINTS_DIR).mkdir(parents=True)
     for name in (METRICS_FILE, RUN_FILE):
         shutil.copy(source / name, target / name)
+    train_cfg = tm.get_preset(preset).train
     for step in keep:
-        dest = target / CHECKPOINTS_DIR / ckpts[step].name
-        shutil.copytree(ckpts[step], dest,
-                        ignore=shutil.ignore_patterns(STATE_FILE, STATE_TENSORS_FILE))
-        config = json.loads((dest / CONFIG_FILE).read_text())
-        for name in (STATE_TENSORS_FILE, STATE_FILE):
-            config["files"].pop(name, None)
-        (dest / CONFIG_FILE).write_text(json.dumps(seal_config(config), indent=2, sort_keys=True))
+        # written again without training state, in the preset's checkpoint dtype and shards (a
+        # seed trained before the preset had them, or one screened with float32 checkpoints,
+        # bundles the same files as one trained by the preset now)
+        model, info = load_checkpoint_info(ckpts[step])
+        tm.save_checkpoint(model, target / CHECKPOINTS_DIR / ckpts[step].name,
+                           task_cfg=info.task_cfg, train_cfg=info.train_cfg, step=info.step,
+                           metadata=info.metadata, dtype=train_cfg.checkpoint_dtype,
+                           max_shard_mb=train_cfg.max_shard_mb)
     (target / "group").mkdir()
     (target / "group" / GROUP_FILE).write_text(json.dumps({"seeds": group.seeds}, indent=2))
     for s in group.seeds:

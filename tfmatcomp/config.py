@@ -5,6 +5,9 @@ Presets are reachable by name from Python and from the command line (``--preset`
 * ``paper-4l8h``: the papers' main model: 7x7 rank-2 matrices, 4 layers, 8 heads, d_model 768,
   d_mlp 3072, Adam lr 1e-4, batch 256, 50,000 steps.
 * ``paper-12l12h``: the papers' large model (12 layers, 12 heads, lr 5e-5).
+* ``paper-cpu``: the papers' task and 4-layer 8-head shape at d_model 256 (d_mlp 1024, init std
+  0.05, lr 3e-4, batch 128, bf16 checkpoints): trainable on a CPU's bf16 matrix units (see
+  docs/paper-cpu.md for the search that chose it).
 * ``tiny``: a CPU-sized model that shows the plateau and the sudden drop in minutes (see
   docs/tiny-preset.md for how it was chosen).
 * ``gpt-tiny``: the GPT variant (a :class:`DecoderConfig`, trained on :mod:`tfmatcomp.task.gpt`'s
@@ -575,6 +578,17 @@ PRESETS: dict[str, Preset] = {
     "paper-12l12h": _paper_preset(
         "paper-12l12h", n_layers=12, n_heads=12, lr=5e-5,
         description="Gopalani et al.'s large model: 12 layers x 12 heads, lr 5e-5."),
+    "paper-cpu": Preset(
+        name="paper-cpu",
+        model=EncoderConfig(n_layers=4, n_heads=8, d_model=256, d_mlp=1024, n_ctx=49,
+                            init_range=0.05),
+        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
+        train=TrainConfig(n_steps=30_000, batch_size=128, eval_batch_size=64, lr=3e-4,
+                          checkpoint_steps=(4_000, 14_000, 16_000, 20_000), checkpoint_every=1_000,
+                          checkpoint_dtype="bfloat16", max_shard_mb=15),
+        description="The papers' task and model shape (7x7 rank-2, 4 layers x 8 heads) at width "
+                    "256 for a CPU: init std 0.05, lr 3e-4, batch 128 (docs/paper-cpu.md).",
+    ),
     "tiny": Preset(
         name="tiny",
         model=EncoderConfig(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=16,
