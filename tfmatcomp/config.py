@@ -558,15 +558,19 @@ def _from_dict(cls, data: dict[str, Any], what: str):
     return cls(**data)
 
 
-def _paper_preset(name: str, n_layers: int, n_heads: int, lr: float, description: str) -> Preset:
-    """Gopalani et al.'s setup, which both paper presets share (7x7 rank-2 with 30% masked, width
-    768, 50k steps of 256 matrices, checkpoints around the drop); they differ in size and lr."""
+def _paper_preset(name: str, n_layers: int, n_heads: int, lr: float, description: str,
+                  d_model: int = 768, init_range: float = 0.02, **train: Any) -> Preset:
+    """Gopalani et al.'s setup, which every paper preset shares (7x7 rank-2 with 30% masked,
+    ``d_mlp = 4 d_model``, a fresh batch every step, checkpoints around the drop); they differ in
+    size, init and lr, and ``train`` overrides the papers' schedule (50k steps of 256 matrices)."""
     return Preset(
         name=name,
-        model=EncoderConfig(n_layers=n_layers, n_heads=n_heads, d_model=768, d_mlp=3072, n_ctx=49),
+        model=EncoderConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model,
+                            d_mlp=4 * d_model, n_ctx=49, init_range=init_range),
         task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
-        train=TrainConfig(n_steps=50_000, batch_size=256, eval_batch_size=64, lr=lr,
-                          checkpoint_steps=(4_000, 14_000, 16_000, 20_000), checkpoint_every=5_000),
+        train=TrainConfig(**{"n_steps": 50_000, "batch_size": 256, "eval_batch_size": 64, "lr": lr,
+                             "checkpoint_steps": (4_000, 14_000, 16_000, 20_000),
+                             "checkpoint_every": 5_000, **train}),
         description=description,
     )
 
@@ -578,17 +582,12 @@ PRESETS: dict[str, Preset] = {
     "paper-12l12h": _paper_preset(
         "paper-12l12h", n_layers=12, n_heads=12, lr=5e-5,
         description="Gopalani et al.'s large model: 12 layers x 12 heads, lr 5e-5."),
-    "paper-cpu": Preset(
-        name="paper-cpu",
-        model=EncoderConfig(n_layers=4, n_heads=8, d_model=256, d_mlp=1024, n_ctx=49,
-                            init_range=0.05),
-        task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
-        train=TrainConfig(n_steps=30_000, batch_size=128, eval_batch_size=64, lr=3e-4,
-                          checkpoint_steps=(4_000, 14_000, 16_000, 20_000), checkpoint_every=1_000,
-                          checkpoint_dtype="bfloat16", max_shard_mb=15),
+    "paper-cpu": _paper_preset(
+        "paper-cpu", n_layers=4, n_heads=8, lr=3e-4, d_model=256, init_range=0.05,
+        n_steps=30_000, batch_size=128, checkpoint_every=1_000, checkpoint_dtype="bfloat16",
+        max_shard_mb=15,
         description="The papers' task and model shape (7x7 rank-2, 4 layers x 8 heads) at width "
-                    "256 for a CPU: init std 0.05, lr 3e-4, batch 128 (docs/paper-cpu.md).",
-    ),
+                    "256 for a CPU: init std 0.05, lr 3e-4, batch 128 (docs/paper-cpu.md)."),
     "tiny": Preset(
         name="tiny",
         model=EncoderConfig(n_layers=2, n_heads=4, d_model=64, d_mlp=256, n_ctx=16,
