@@ -480,7 +480,8 @@ class TrainConfig:
             scaling, row/column attention scaling, a row/column attention penalty, freezing,
             re-initializing), applied in order;
             given as objects or their dicts (JSON), recorded in ``run.json`` and every checkpoint,
-            and part of what a resume must match. A run with any takes the float32 step.
+            and part of what a resume must match. On CUDA a run with any takes the float32 step; on a
+            CPU only the attention penalty does (the fast step applies the others).
     """
 
     n_steps: int = 50_000
