@@ -104,10 +104,11 @@ def main() -> None:
                 f"({'tfmatcomp.train_many' if args.batched else 'tfmatcomp.train, one seed at a time,'} "
                 f"on the {preset} preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
                 f"thread(s), {run.get('step', 'float32 step')}); "
-                + (f"seed {seed} is the seed whose drop onset is the median of the "
+                + (f"seed {seed} (whose drop onset is the median) is bundled; "
                    if args.bundle_seed is None else
-                   f"seed {seed} (the seed `tfmatcomp demo` trains) is bundled; "
-                   f"the seeds that dropped: ")
+                   f"seed {seed} (chosen with --bundle-seed; `tfmatcomp demo --preset {preset} "
+                   f"--seeds {seed}` trains it again) is bundled; ")
+                + "the seeds that dropped: "
                 + f"{len(group.dropped)} of {len(group.seeds)}; {len(keep)} of its "
                 f"{len(ckpts)} checkpoints are bundled, and every seed's metrics log is in group/"),
         "torch": run["torch"], "torch_threads": run["torch_threads"],
