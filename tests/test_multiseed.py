@@ -11,7 +11,7 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.cli import main as cli_main
-from tfmatcomp.training.multiseed import MultiSeedTrainer, parse_seeds
+from tfmatcomp.training.multiseed import MultiSeedTrainer, parse_seeds, write_group_file
 from tfmatcomp.runs.layout import GROUP_FILE, RUN_FILE, checkpoint_dir_name, seed_dir
 
 SMALL = dict(model_cfg=tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
@@ -170,3 +170,19 @@ def test_fast_runs_train_one_seed_at_a_time_and_say_so(tmp_path):
     assert record["step"] == BATCHED_STEP
     with pytest.raises(ValueError, match="fast"):
         MultiSeedTrainer("tiny", seeds=[0, 1], fast=True, **kw)
+
+
+def test_group_file_keeps_seeds_trained_by_earlier_calls(tmp_path):
+    out = tmp_path / "group"
+    for s in (1, 2):
+        seed_dir(out, s).mkdir(parents=True)
+    write_group_file(out, [1])
+    write_group_file(out, [2])  # a second call into the same directory (e.g. --seeds 2)
+    assert json.loads((out / GROUP_FILE).read_text())["seeds"] == [1, 2]
+    seed_dir(out, 1).rmdir()  # a listed seed whose run is gone leaves the group
+    write_group_file(out, [2])
+    group = json.loads((out / GROUP_FILE).read_text())
+    assert group == {"seeds": [2], "runs": ["seed-2"]}
+    (out / GROUP_FILE).write_text("not json")  # a damaged file starts the group afresh
+    write_group_file(out, [2])
+    assert json.loads((out / GROUP_FILE).read_text())["seeds"] == [2]

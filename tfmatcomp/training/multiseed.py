@@ -441,9 +441,19 @@ class VmapStep(TrainingStep):
 
 def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
     """Record a group of seed runs (``out_dir/seed-S``) in ``out_dir/seeds.json``, which
-    :class:`~tfmatcomp.report.SeedGroup` and the report read."""
+    :class:`~tfmatcomp.report.SeedGroup` and the report read.
+
+    Seeds the file already lists whose run directory is still there stay in the group, so seeds
+    trained into one directory by separate calls (``--seeds 1``, later ``--seeds 2``) form one
+    group."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        listed = json.loads((out_dir / GROUP_FILE).read_text())["seeds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = []  # no file yet, or one this function did not write: start the group afresh
+    seeds = sorted({int(s) for s in seeds} | {s for s in listed if isinstance(s, int)
+                                              and seed_dir(out_dir, s).is_dir()})
     (out_dir / GROUP_FILE).write_text(json.dumps(
         {"seeds": seeds, "runs": [seed_dir(".", s).name for s in seeds]}, indent=2))
 
