@@ -47,7 +47,7 @@ from tfmatcomp.training.loop import (
 from tfmatcomp.models.objectives import OBJECTIVES, objective_for
 from tfmatcomp.training import fast_step
 from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult, default_device
-from tfmatcomp.validation import check_device
+from tfmatcomp.validation import check_device, read_json_bounded
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "parse_seeds",
            "write_group_file"]
@@ -449,7 +449,7 @@ def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        listed = json.loads((out_dir / GROUP_FILE).read_text())["seeds"]
+        listed = read_json_bounded(GROUP_FILE, out_dir / GROUP_FILE)["seeds"]
     except (OSError, ValueError, KeyError, TypeError):
         listed = []  # no file yet, or one this function did not write: start the group afresh
     seeds = sorted({int(s) for s in seeds} | {s for s in listed if isinstance(s, int)
