@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 import tfmatcomp as tm
+from tfmatcomp.analyses.dynamics.drop import detect_drop
+from tfmatcomp.datapath import sample_batch
+from tfmatcomp.interventions import UniformAttentionAblation
+from tfmatcomp.report.run import SeedGroup
 
 
 def test_paper_cpu_is_the_papers_task_and_shape():
@@ -28,3 +35,38 @@ def test_paper_cpu_is_listed_and_trains_one_step(tmp_path):
     result = tm.train("paper-cpu", n_steps=1, batch_size=2, out_dir=tmp_path / "run",
                       checkpoint_every=0, progress=False)
     assert result.model.cfg.d_model == 256
+
+
+# ---- the bundled run (tfmatcomp/pretrained/paper-cpu): the acceptance, on fresh matrices
+
+
+@pytest.fixture(scope="module")
+def fresh():
+    return sample_batch(tm.get_preset("paper-cpu").task, 256, seed=2024)
+
+
+def _l_mask(model, batch) -> float:
+    with torch.no_grad():
+        return float(tm.losses(model.eval()(batch.tokens), batch)["L_mask"])
+
+
+def test_bundled_paper_cpu_completes_and_needs_its_attention(fresh):
+    post, pre = tm.load_pretrained("paper-cpu", step="post"), tm.load_pretrained("paper-cpu", "pre")
+    assert post.cfg == tm.get_preset("paper-cpu").model  # 4 layers x 8 heads, d_model 256
+    l_post, l_pre = _l_mask(post, fresh), _l_mask(pre, fresh)
+    assert l_post < 0.035  # nuclear-norm minimization: 0.0338 on 512 such matrices
+    assert l_pre > 8 * l_post
+    every_head = [(layer, head) for layer in range(4) for head in range(8)]
+    with UniformAttentionAblation(every_head).applied(post):
+        assert _l_mask(post, fresh) > 0.15  # back near the plateau's 0.22
+
+
+def test_bundled_paper_cpu_brackets_its_drop_and_keeps_every_seed():
+    info = tm.pretrained.run_info("paper-cpu")
+    drop = detect_drop(tm.read_metrics(tm.pretrained.run_dir("paper-cpu")))
+    assert drop.has_drop and drop.reason == "sudden drop"
+    assert info["pre_shift_step"] < drop.drop_start < drop.drop_end <= info["post_shift_step"]
+    steps = tm.pretrained.available()["paper-cpu"]
+    assert any(drop.drop_start <= s <= drop.drop_end for s in steps)  # a checkpoint inside it
+    group = SeedGroup.load(tm.pretrained.run_dir("paper-cpu") / info["group"])
+    assert info["seed"] in group.seeds and set(group.dropped) == set(group.seeds)
