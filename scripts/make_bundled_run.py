@@ -104,7 +104,8 @@ def main() -> None:
                 f"({'tfmatcomp.train_many' if args.batched else 'tfmatcomp.train, one seed at a time,'} "
                 f"on the {preset} preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
                 f"thread(s), {run.get('step', 'float32 step')}); "
-                + (f"seed {seed} (whose drop onset is the median) is bundled; "
+                + (f"seed {seed} (whose drop onset is the median; of an even count, the earlier "
+                   "of the two middle ones) is bundled; "
                    if args.bundle_seed is None else
                    f"seed {seed} (chosen with --bundle-seed; `tfmatcomp demo --preset {preset} "
                    f"--seeds {seed}` trains it again) is bundled; ")

@@ -178,3 +178,17 @@ def test_report_names_the_typical_seed_only_when_it_analyses_it(tmp_path):
     else:
         assert "analyses seed 0, the seed whose onset" not in training
         assert f"the seed whose onset is the median of those that dropped is seed {typical}" in training
+
+
+def test_report_says_which_middle_seed_of_an_even_count(tmp_path):
+    """Of an even number of dropped seeds the median onset lies between two seeds; the report
+    names the one it takes (the earlier) instead of calling either the median."""
+    from tfmatcomp.report import SeedGroup
+
+    run = tm.pretrained.run_dir("paper-cpu")
+    group = SeedGroup.load(run / "group")
+    report = build_report(run, tmp_path / "r.html", n_samples=16, progress=False,
+                          sections=["training"])
+    training = report.sections[0].text
+    assert f"seed {group.typical_seed()}" in training
+    assert (len(group.dropped) % 2 == 0) == ("the earlier of the two middle ones" in training)

@@ -84,13 +84,15 @@ def _group_text(ctx: RunContext) -> str:
         return (f"None of the {n} seeds of this run dropped within its {int(table['last_step'].max()):,} "
                 "steps: train them longer.")
     typical = g.typical_seed()
+    # of an even count the median lies between two onsets; typical_seed takes the earlier one
+    even = " (of an even count, the earlier of the two middle ones)" if k % 2 == 0 else ""
     if ctx.run_seed == typical:
         which = (f"This report analyses seed {ctx.run_seed}, the seed whose onset is the median of "
-                 "those that dropped.")
+                 f"those that dropped{even}.")
     elif ctx.run_seed in g.dropped:
         which = (f"This report analyses seed {ctx.run_seed} (onset "
                  f"{g.drops[ctx.run_seed].drop_start:,.0f}); the seed whose onset is the median of "
-                 f"those that dropped is seed {typical}.")
+                 f"those that dropped is seed {typical}{even}.")
     else:
         which = f"This report analyses seed {ctx.run_seed}."
     return (f"{k} of {n} seeds dropped; their onsets range from step {dropped['onset'].min():,.0f} "
