@@ -100,7 +100,9 @@ def main() -> None:
         "name": preset, "preset": preset, "seed": seed,
         "pre_shift_step": pre, "post_shift_step": post, "group": "group",
         "how": (f"python scripts/make_bundled_run.py --preset {preset} --seeds {args.seeds}"
-                f"{' --batched' if args.batched else ''} "
+                f"{' --batched' if args.batched else ''}"
+                f"{'' if args.bundle_seed is None else f' --bundle-seed {args.bundle_seed}'}"
+                f" --checkpoints {args.checkpoints} --work {args.work} "
                 f"({'tfmatcomp.train_many' if args.batched else 'tfmatcomp.train, one seed at a time,'} "
                 f"on the {preset} preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
                 f"thread(s), {run.get('step', 'float32 step')}); "
