@@ -11,9 +11,9 @@ of drop steps. pretrained.json records how it was trained (torch version, thread
 
 By default each seed is trained alone (``tfmatcomp.train``, the program ``tfmatcomp train --seed S``
 and ``tfmatcomp demo`` run), so the bundled seed's metrics are bit-identical to a user's run of that
-seed with the same torch version and thread count. ``--batched`` trains them at once
-(``tfmatcomp.train_many``), faster on a GPU, whose trajectories part from the single-seed ones by
-float rounding. Finished seeds in ``--work`` are kept (each run resumes).
+seed with the same torch version, thread count and CPU model (``run.json``'s ``processor``).
+``--batched`` trains them at once (``tfmatcomp.train_many``), faster on a GPU, whose trajectories
+part from the single-seed ones by float rounding. Finished seeds in ``--work`` are kept (each run resumes).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--bundle-seed", type=int, help="the seed to bundle (default: the typical seed, "
                     "whose onset is the median of those that dropped); seed 0 is the seed that "
                     "`tfmatcomp demo` trains, so bundling it lets a user reproduce the bundled run "
-                    "bit for bit with the same thread count")
+                    "bit for bit with the same thread count on the same CPU model")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     preset = args.preset

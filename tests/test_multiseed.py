@@ -12,6 +12,7 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.cli import main as cli_main
 from tfmatcomp.training.multiseed import MultiSeedTrainer, parse_seeds, write_group_file
+from tfmatcomp.training.trainer import processor
 from tfmatcomp.runs.layout import GROUP_FILE, RUN_FILE, checkpoint_dir_name, seed_dir
 
 SMALL = dict(model_cfg=tm.EncoderConfig(n_layers=2, n_heads=4, d_model=32, d_mlp=64, n_ctx=16),
@@ -61,6 +62,9 @@ def test_seed_directories_are_ordinary_runs(tmp_path):
     assert json.loads((out / GROUP_FILE).read_text())["seeds"] == [0, 1]
     run = json.loads((seed_dir(out, 1) / RUN_FILE).read_text())
     assert run["seed"] == 1 and run["torch"] == torch.__version__ and run["torch_threads"] >= 1
+    # the CPU model too: the same seed, torch and threads are bit-identical only on the same one
+    assert run["processor"] == processor("cpu")
+    assert torch.backends.cpu.get_cpu_capability() in run["processor"]
     model = tm.load_checkpoint(seed_dir(out, 1))
     assert isinstance(model, tm.HookedEncoder)
     # A single-seed trainer resumes a seed of the group, its Adam state included.

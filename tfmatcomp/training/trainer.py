@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import contextlib
 import os
+import platform
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -69,7 +70,8 @@ from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.runs.rundir import RunDirError
 from tfmatcomp.validation import check_device
 
-__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device"]
+__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device",
+           "processor"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size", "interventions")
@@ -78,6 +80,36 @@ _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size", "intervention
 def default_device() -> torch.device:
     """CUDA when available, else CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def processor(device: torch.device | str = "cpu") -> str:
+    """The processor that runs ``device``'s kernels, as ``run.json`` records it.
+
+    A CPU is named by its model name, family and model numbers (``/proc/cpuinfo``, where there is
+    one) and the instruction set torch's kernels dispatch to: two CPU generations with the same
+    instruction set can still split float reductions differently, so the same seed, torch version
+    and thread count gives bit-identical metrics only on the same CPU model. A GPU is named by
+    ``torch.cuda.get_device_name``.
+
+    Example:
+        >>> "torch kernels" in processor("cpu")
+        True
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    info: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    name = info.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    numbers = (f"family {info['cpu family']}, model {info['model']}; "
+               if "cpu family" in info and "model" in info else "")
+    return f"{name} ({numbers}torch kernels {torch.backends.cpu.get_cpu_capability()})"
 
 
 @dataclass
@@ -477,7 +509,8 @@ class Trainer:
                 "model": self.model_cfg.to_dict(), "task": self.task_cfg.to_dict(),
                 "train": self.train_cfg.to_dict(), "seed": self.train_cfg.seed,
                 "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-                "device": str(self.device), "step": self.step_reason}
+                "device": str(self.device), "processor": processor(self.device),
+                "step": self.step_reason}
 
     def log(self, train: dict[str, Any], evaluation: dict[str, float], log_file=None) -> dict[str, Any]:
         """Append one metrics record for the current step (``train_*`` from the update's forward
