@@ -13,7 +13,8 @@ By default each seed is trained alone (``tfmatcomp.train``, the program ``tfmatc
 and ``tfmatcomp demo`` run), so the bundled seed's metrics are bit-identical to a user's run of that
 seed with the same torch version, thread count and CPU model (``run.json``'s ``processor``).
 ``--batched`` trains them at once (``tfmatcomp.train_many``), faster on a GPU, whose trajectories
-part from the single-seed ones by float rounding. Finished seeds in ``--work`` are kept (each run resumes).
+part from the single-seed ones by float rounding. Finished seeds in ``--work`` are kept (each run
+resumes).
 """
 
 from __future__ import annotations

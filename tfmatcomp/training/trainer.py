@@ -88,8 +88,8 @@ def processor(device: torch.device | str = "cpu") -> str:
     A CPU is named by its model name, family and model numbers (``/proc/cpuinfo``, where there is
     one) and the instruction set torch's kernels dispatch to: two CPU generations with the same
     instruction set can still split float reductions differently, so the same seed, torch version
-    and thread count gives bit-identical metrics only on the same CPU model. A GPU is named by
-    ``torch.cuda.get_device_name``.
+    and thread count is guaranteed to give bit-identical metrics only on the same CPU model. A GPU
+    is named by ``torch.cuda.get_device_name``, another device by its type.
 
     Example:
         >>> "torch kernels" in processor("cpu")
@@ -98,6 +98,8 @@ def processor(device: torch.device | str = "cpu") -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
+    if device.type != "cpu":
+        return device.type
     info: dict[str, str] = {}
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
