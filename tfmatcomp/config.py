@@ -562,8 +562,10 @@ def _from_dict(cls, data: dict[str, Any], what: str):
 def _paper_preset(name: str, n_layers: int, n_heads: int, lr: float, description: str,
                   d_model: int = 768, init_range: float = 0.02, **train: Any) -> Preset:
     """Gopalani et al.'s setup, which every paper preset shares (7x7 rank-2 with 30% masked,
-    ``d_mlp = 4 d_model``, a fresh batch every step, checkpoints around the drop); they differ in
-    size, init and lr, and ``train`` overrides the papers' schedule (50k steps of 256 matrices)."""
+    ``d_mlp = 4 d_model``, a fresh batch every step, checkpoints around the drop, their weights
+    in bf16 shards of at most 15 MiB: 57 MiB for paper-4l8h; the latest one's training state stays
+    float32, so resuming is exact); they differ in size, init and lr, and ``train`` overrides the
+    papers' schedule (50k steps of 256 matrices)."""
     return Preset(
         name=name,
         model=EncoderConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model,
@@ -571,7 +573,8 @@ def _paper_preset(name: str, n_layers: int, n_heads: int, lr: float, description
         task=TaskConfig(n_rows=7, rank=2, p_mask=0.3),
         train=TrainConfig(**{"n_steps": 50_000, "batch_size": 256, "eval_batch_size": 64, "lr": lr,
                              "checkpoint_steps": (4_000, 14_000, 16_000, 20_000),
-                             "checkpoint_every": 5_000, **train}),
+                             "checkpoint_every": 5_000, "checkpoint_dtype": "bfloat16",
+                             "max_shard_mb": 15, **train}),
         description=description,
     )
 
@@ -585,8 +588,7 @@ PRESETS: dict[str, Preset] = {
         description="Gopalani et al.'s large model: 12 layers x 12 heads, lr 5e-5."),
     "paper-cpu": _paper_preset(
         "paper-cpu", n_layers=4, n_heads=8, lr=3e-4, d_model=256, init_range=0.05,
-        n_steps=30_000, batch_size=128, checkpoint_every=1_000, checkpoint_dtype="bfloat16",
-        max_shard_mb=15,
+        n_steps=30_000, batch_size=128, checkpoint_every=1_000,
         description="The papers' task and model shape (7x7 rank-2, 4 layers x 8 heads) at width "
                     "256 for a CPU: init std 0.05, lr 3e-4, batch 128 (docs/paper-cpu.md)."),
     "tiny": Preset(
