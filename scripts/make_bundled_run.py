@@ -12,6 +12,9 @@ of drop steps. pretrained.json records how it was trained (torch version, thread
 By default each seed is trained alone (``tfmatcomp.train``, the program ``tfmatcomp train --seed S``
 and ``tfmatcomp demo`` run), so the bundled seed's metrics are bit-identical to a user's run of that
 seed with the same torch version, thread count and CPU model (``run.json``'s ``processor``).
+``--no-train`` bundles the seeds already in ``--work`` as they are, for runs trained elsewhere
+(paper-4l8h was trained on a GPU with ``tfmatcomp train``; its run directory became
+``--work``/seed-0).
 ``--batched`` trains them at once (``tfmatcomp.train_many``), faster on a GPU, whose trajectories
 part from the single-seed ones by float rounding. Finished seeds in ``--work`` are kept (each run
 resumes).
@@ -44,6 +47,8 @@ def main() -> None:
     ap.add_argument("--batched", action="store_true", help="train the seeds at once (train_many)")
     ap.add_argument("--work", default="runs/bundle", help="where the seeds are trained (resumed)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-train", action="store_true",
+                    help="bundle the seeds' runs in --work as they are (trained elsewhere)")
     ap.add_argument("--checkpoints", type=int, default=6, help="checkpoints to bundle")
     ap.add_argument("--bundle-seed", type=int, help="the seed to bundle (default: the typical seed, "
                     "whose onset is the median of those that dropped); seed 0 is the seed that "
@@ -53,7 +58,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     preset = args.preset
     target = PRETRAINED / preset
-    if args.batched:
+    if args.no_train:
+        seeds = parse_seeds(args.seeds)
+        write_group_file(Path(args.work), seeds)
+    elif args.batched:
         tm.train_many(preset, seeds=args.seeds, out_dir=args.work, resume=True, device="cpu")
     else:
         seeds = parse_seeds(args.seeds)
@@ -101,11 +109,12 @@ def main() -> None:
         "name": preset, "preset": preset, "seed": seed,
         "pre_shift_step": pre, "post_shift_step": post, "group": "group",
         "how": (f"python scripts/make_bundled_run.py --preset {preset} --seeds {args.seeds}"
-                f"{' --batched' if args.batched else ''}"
+                f"{' --batched' if args.batched else ''}{' --no-train' if args.no_train else ''}"
                 f"{'' if args.bundle_seed is None else f' --bundle-seed {args.bundle_seed}'}"
                 f" --checkpoints {args.checkpoints} --work {args.work} "
                 f"({'tfmatcomp.train_many' if args.batched else 'tfmatcomp.train, one seed at a time,'} "
-                f"on the {preset} preset, CPU, torch {run['torch']}, {run['torch_threads']} torch "
+                f"on the {preset} preset, {run.get('processor', run.get('device', 'cpu'))}, "
+                f"torch {run['torch']}, {run['torch_threads']} torch "
                 f"thread(s), {run.get('step', 'float32 step')}); "
                 + (f"seed {seed} (whose drop onset is the median; of an even count, the earlier "
                    "of the two middle ones) is bundled; "
