@@ -45,3 +45,20 @@ def trained_tiny(tmp_path_factory) -> tm.TrainResult:
     out = tmp_path_factory.mktemp("tiny_run")
     return tm.train("tiny", n_steps=300, batch_size=64, log_every=25, checkpoint_steps=(100,),
                     checkpoint_every=0, out_dir=out, device="cpu", progress=False, seed=0)
+
+
+@pytest.fixture(scope="session")
+def fresh_7x7() -> tm.MatrixBatch:
+    """256 fresh matrices of the papers' task (7x7, rank 2, 30 % masked; sampling seed 2024), for
+    the acceptance checks of the bundled paper runs."""
+    from tfmatcomp.datapath import sample_batch
+    return sample_batch(tm.get_preset("paper-4l8h").task, 256, seed=2024)
+
+
+@pytest.fixture(scope="session")
+def l_mask():
+    """``l_mask(model, batch)``: the model's ``L_mask`` on ``batch`` (eval mode, no gradients)."""
+    def measure(model: tm.HookedEncoder, batch: tm.MatrixBatch) -> float:
+        with torch.no_grad():
+            return float(tm.losses(model.eval()(batch.tokens), batch)["L_mask"])
+    return measure

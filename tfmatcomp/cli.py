@@ -255,7 +255,8 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
                    help="the preset to train, or whose bundled run to use (default: tiny)")
     p.add_argument("--bundled", action="store_true",
                    help="use the run bundled in the package instead of training (tiny: about a "
-                   "minute; paper-cpu: about 7 minutes on one CPU thread)")
+                   "minute; paper-cpu: about 7 minutes on one CPU thread; paper-4l8h: about 19 "
+                   "minutes on two)")
     p.add_argument("--out-dir", help="where to train (default runs/<preset>-demo)")
     p.add_argument("--seeds", help="seeds trained at once, e.g. 0-3 (default: 0-7 on a GPU, 0 on a "
                    "CPU, where each seed costs a full run); the report analyses the typical one "

@@ -8,7 +8,7 @@ also takes :func:`run_dir` of a bundled run.
 Example:
     >>> import tfmatcomp as tm
     >>> sorted(tm.pretrained.available())
-    ['paper-cpu', 'tiny']
+    ['paper-4l8h', 'paper-cpu', 'tiny']
     >>> model = tm.load_pretrained("tiny", step="post")
     >>> model.cfg.n_layers
     2
