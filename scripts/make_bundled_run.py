@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--batched", action="store_true", help="train the seeds at once (train_many)")
     ap.add_argument("--work", default="runs/bundle", help="where the seeds are trained (resumed)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--target", help="where the bundle is written (default: the package's "
+                    "tfmatcomp/pretrained/<preset>, replaced)")
     ap.add_argument("--no-train", action="store_true",
                     help="bundle the seeds' runs in --work as they are (trained elsewhere)")
     ap.add_argument("--checkpoints", type=int, default=6, help="checkpoints to bundle")
@@ -57,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     preset = args.preset
-    target = PRETRAINED / preset
+    target = Path(args.target) if args.target else PRETRAINED / preset
     if args.no_train:
         seeds = parse_seeds(args.seeds)
         write_group_file(Path(args.work), seeds)
