@@ -109,3 +109,22 @@ def test_report_section_without_a_drop(tmp_path):
                           progress=False)
     (s,) = report.sections
     assert s.error is None and "No drop was detected" in s.text
+
+
+def test_report_section_says_why_with_no_checkpoint_inside_the_drop(tmp_path):
+    """paper-4l8h bundles steps 4,000 and 50,000 only: no lead can be timed, and the section says
+    so instead of printing leads as long as the run."""
+    import shutil
+
+    import tfmatcomp as tm
+    from tfmatcomp.report import build_report
+
+    run = tmp_path / "two"
+    shutil.copytree(tm.pretrained.run_dir("tiny"), run, ignore=shutil.ignore_patterns("group"))
+    for step in (4000, 5000, 6000, 7000):  # keep 2,000 (pre-shift) and 10,000 (post-shift)
+        shutil.rmtree(run / "checkpoints" / f"step_{step:07d}")
+    report = build_report(run, tmp_path / "r.html", n_samples=8, sections=["before_drop"],
+                          progress=False)
+    (s,) = report.sections
+    assert s.error is None and not s.items
+    assert "Not computed" in s.text and "steps 2,000, 10,000 only" in s.text

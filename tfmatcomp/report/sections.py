@@ -339,6 +339,18 @@ def _before_drop(ctx: RunContext, s: Section) -> None:
     from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
     from tfmatcomp.plotting.dynamics import measures_figure
 
+    s.text = ("The progress measures of Gopalani and Hu (NeurIPS 2025) at every checkpoint, on one "
+              "fixed batch: attention mass from masked entries onto their own row and column's "
+              "observed entries (what the post-shift row and column heads read), the collapse of "
+              "the masked positions' hidden states onto one direction, the copying check, and the "
+              "positional rank of the decomposition. ")
+    first = min(ctx.checkpoints)
+    if ctx.has_drop and not any(first < st < ctx.drop.drop_end for st in ctx.checkpoints):
+        s.text += (f"Not computed: timing them against the drop needs checkpoints between the "
+                   f"first one (step {first:,}) and the drop's end (step {ctx.drop.drop_end:,.0f}), "
+                   f"and this run has steps {', '.join(f'{st:,}' for st in sorted(ctx.checkpoints))} "
+                   "only.")
+        return
     measures = {k: f for k, f in PROGRESS_MEASURES.items() if k != "L_mask"}
     table = over_checkpoints(ctx.run_dir, measures, n_samples=min(ctx.n_samples, 256),
                              seed=ctx.seed)
@@ -350,11 +362,6 @@ def _before_drop(ctx: RunContext, s: Section) -> None:
                                    title="Progress measures at every checkpoint"))
     steps = sorted(table["step"].unique())
     spacing = int(min(b - a for a, b in zip(steps, steps[1:]))) if len(steps) > 1 else 0
-    s.text = ("The progress measures of Gopalani and Hu (NeurIPS 2025) at every checkpoint, on one "
-              "fixed batch: attention mass from masked entries onto their own row and column's "
-              "observed entries (what the post-shift row and column heads read), the collapse of "
-              "the masked positions' hidden states onto one direction, the copying check, and the "
-              "positional rank of the decomposition. ")
     if not ctx.has_drop:
         s.text += "No drop was detected in this run, so there is no onset to time them against."
         return
