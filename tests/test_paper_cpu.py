@@ -56,4 +56,5 @@ def test_bundled_paper_cpu_brackets_its_drop_and_keeps_every_seed():
     steps = tm.pretrained.available()["paper-cpu"]
     assert any(drop.drop_start <= s <= drop.drop_end for s in steps)  # a checkpoint inside it
     group = SeedGroup.load(tm.pretrained.run_dir("paper-cpu") / info["group"])
-    assert info["seed"] in group.seeds and set(group.dropped) == set(group.seeds)
+    assert info["seed"] in group.dropped
+    assert group.seeds == [0, 1, 2]  # every seed trained to 30,000 steps keeps its log
