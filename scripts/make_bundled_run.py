@@ -60,14 +60,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     preset = args.preset
     target = Path(args.target) if args.target else PRETRAINED / preset
-    if args.no_train:
-        seeds = parse_seeds(args.seeds)
-        write_group_file(Path(args.work), seeds)
-    elif args.batched:
+    if args.batched and not args.no_train:
         tm.train_many(preset, seeds=args.seeds, out_dir=args.work, resume=True, device="cpu")
     else:
         seeds = parse_seeds(args.seeds)
-        for s in seeds:
+        for s in ([] if args.no_train else seeds):
             tm.train(preset, seed=s, out_dir=seed_dir(args.work, s), resume=True, device="cpu")
         Path(args.work).mkdir(parents=True, exist_ok=True)
         write_group_file(Path(args.work), seeds)

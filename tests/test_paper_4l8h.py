@@ -10,17 +10,16 @@ from tfmatcomp.runs.layout import CHECKPOINTS_DIR
 
 
 def test_bundled_paper_4l8h_completes_and_needs_its_attention(fresh_7x7, l_mask):
-    fresh = fresh_7x7
     post = tm.load_pretrained("paper-4l8h", step="post")
     assert post.cfg == tm.get_preset("paper-4l8h").model  # 4 x 8 x 768, the papers' model
-    l_post = l_mask(post, fresh)
+    l_post = l_mask(post, fresh_7x7)
     assert l_post <= 0.03  # the papers: 0.0128; nuclear-norm minimization about 0.034
     every_head = [(layer, head) for layer in range(4) for head in range(8)]
     with UniformAttentionAblation(every_head).applied(post):
-        assert l_mask(post, fresh) > 0.12  # back near the plateau's 0.22
+        assert l_mask(post, fresh_7x7) > 0.12  # back near the plateau's 0.22
     del post
     pre = tm.load_pretrained("paper-4l8h", step="pre")
-    assert l_mask(pre, fresh) >= 0.15  # on the plateau: it copies, it does not complete
+    assert l_mask(pre, fresh_7x7) >= 0.15  # on the plateau: it copies, it does not complete
 
 
 def test_bundled_paper_4l8h_is_the_presets_run_and_brackets_its_drop():

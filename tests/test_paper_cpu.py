@@ -37,15 +37,14 @@ def test_paper_cpu_is_listed_and_trains_one_step(tmp_path):
 
 
 def test_bundled_paper_cpu_completes_and_needs_its_attention(fresh_7x7, l_mask):
-    fresh = fresh_7x7
     post, pre = tm.load_pretrained("paper-cpu", step="post"), tm.load_pretrained("paper-cpu", "pre")
     assert post.cfg == tm.get_preset("paper-cpu").model  # 4 layers x 8 heads, d_model 256
-    l_post, l_pre = l_mask(post, fresh), l_mask(pre, fresh)
+    l_post, l_pre = l_mask(post, fresh_7x7), l_mask(pre, fresh_7x7)
     assert l_post < 0.035  # nuclear-norm minimization: 0.0338 on 512 such matrices
     assert l_pre > 8 * l_post
     every_head = [(layer, head) for layer in range(4) for head in range(8)]
     with UniformAttentionAblation(every_head).applied(post):
-        assert l_mask(post, fresh) > 0.15  # back near the plateau's 0.22
+        assert l_mask(post, fresh_7x7) > 0.15  # back near the plateau's 0.22
 
 
 def test_bundled_paper_cpu_brackets_its_drop_and_keeps_every_seed():
