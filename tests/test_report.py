@@ -158,6 +158,8 @@ def test_demo_trains_and_reports_honestly(tmp_path, capsys):
                  "--no-progress"]) == 0
     printed = capsys.readouterr().out
     assert "0 of 2 seeds dropped" in printed
+    # tiny ships a bundled run: the demo says how to report on it instead of training
+    assert "60 steps per seed" in printed and "demo --preset tiny --bundled" in printed
     text = out.read_text()
     assert "long enough to look for a drop" in text and "Sudden drop detected" not in text
 

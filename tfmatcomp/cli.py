@@ -294,6 +294,12 @@ def _demo(args: argparse.Namespace) -> int:
     probe = Trainer(args.preset, device=device, progress=False, **overrides)
     print(f"training seed(s) {seeds} of the {args.preset} preset into {out_dir} on {device} "
           f"(resumes if interrupted); {probe.step_reason}")
+    from tfmatcomp import pretrained
+
+    if args.preset in pretrained.available():  # a long preset's training is rarely what is meant
+        print(f"{args.preset}: {probe.train_cfg.n_steps:,} steps per seed (the progress bar "
+              f"estimates how long); `tfmatcomp demo --preset {args.preset} --bundled` reports on "
+              "the run shipped in the package without training")
     keywords = dict(resume=not args.overwrite, overwrite=args.overwrite,
                     progress=not args.no_progress, **overrides)
     if probe.fast:  # the fast step trains one seed at a time; the batched program is float32
