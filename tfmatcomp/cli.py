@@ -270,9 +270,9 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
 @command("demo", _demo_args)
 def _demo(args: argparse.Namespace) -> int:
     """Train a preset (several seeds at once on a GPU) or use its bundled run, and report."""
-    if args.bundled:
-        from tfmatcomp import pretrained
+    from tfmatcomp import pretrained
 
+    if args.bundled:
         if args.preset not in pretrained.available():
             raise ValueError(f"--preset: no bundled run of {args.preset!r}; bundled runs are "
                              f"{sorted(pretrained.available())}")
@@ -294,8 +294,6 @@ def _demo(args: argparse.Namespace) -> int:
     probe = Trainer(args.preset, device=device, progress=False, **overrides)
     print(f"training seed(s) {seeds} of the {args.preset} preset into {out_dir} on {device} "
           f"(resumes if interrupted); {probe.step_reason}")
-    from tfmatcomp import pretrained
-
     if args.preset in pretrained.available():  # a long preset's training is rarely what is meant
         print(f"{args.preset}: {probe.train_cfg.n_steps:,} steps per seed (the progress bar "
               f"estimates how long); `tfmatcomp demo --preset {args.preset} --bundled` reports on "
