@@ -67,7 +67,7 @@ def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
 def test_malformed_sweep_record_is_refused_naming_the_file(tmp_path, content):
     (tmp_path / "sweep.json").write_text(content)
     with pytest.raises(ValueError, match="sweep.json"):
-        tm.analyses.sweeps.read_sweep(tmp_path)
+        tm.training.sweeps.read_sweep(tmp_path)
 
 
 def test_read_bounded_limits_size_and_refuses_devices(tmp_path):

@@ -77,7 +77,7 @@ LAYERS = [
 #: ``(importer, imported) -> why this upward edge is right``.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("tfmatcomp.cli", "tfmatcomp"): "`tfmatcomp --version` prints the package's __version__",
-    ("tfmatcomp.analyses.sweeps", "tfmatcomp.plotting.sweeps"):
+    ("tfmatcomp.training.sweeps", "tfmatcomp.plotting.sweeps"):
         "SweepResult.figure(), a convenience like pandas' .plot, imports plotting on first call",
 }
 

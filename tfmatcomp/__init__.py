@@ -23,7 +23,7 @@ from tfmatcomp.training.trainer import Trainer, TrainResult, read_metrics, train
 from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
 from tfmatcomp.pretrained import load_pretrained
 from tfmatcomp.datapath import loss_values
-from tfmatcomp.analyses.sweeps import SweepResult, sweep
+from tfmatcomp.training.sweeps import SweepResult, sweep
 
 __version__ = "0.1.0"
 

@@ -39,8 +39,7 @@ import contextlib
 import os
 import platform
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,32 +53,23 @@ from tfmatcomp.runs.checkpoint import (
 from tfmatcomp.runs.layout import (
     METRICS_FILE, RUN_FILE, STATE_FILE, checkpoint_path, has_training_state, list_checkpoints,
 )
-from tfmatcomp.config import (DecoderConfig, EncoderConfig, Preset, Reinitialize, TaskConfig,
-                              TrainConfig, get_preset)
+from tfmatcomp.config import Preset, Reinitialize, TaskConfig, TrainConfig
 from tfmatcomp.datapath import inference_bf16
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.training import fast_step
 from tfmatcomp.training.interventions import TrainingPlan, fresh_seed
-from tfmatcomp.training.loop import (
-    Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
-)
+from tfmatcomp.training.loop import Schedule, TrainingStep, check_n_steps, resume_and_run, run_loop
+from tfmatcomp.training.plan import RunPlan, plan_run
 from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.training.steps import ExplicitStep, FastTrainerStep
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.runs.rundir import RunDirError
-from tfmatcomp.validation import check_device
 
-__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device",
-           "processor"]
+__all__ = ["Trainer", "TrainResult", "train", "read_metrics", "processor"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size", "interventions")
-
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def processor(device: torch.device | str = "cpu") -> str:
@@ -124,69 +114,6 @@ class TrainResult:
     step: int
 
 
-@dataclass(frozen=True)
-class RunSetup:
-    """The keywords every training entry point takes, stated once.
-
-    :class:`Trainer`, :func:`train`, :class:`~tfmatcomp.MultiSeedTrainer`,
-    :func:`~tfmatcomp.train_many`, their forms in :mod:`tfmatcomp.distributed` and ``tfmatcomp
-    train`` all take ``preset`` and then these fields as keywords; any other keyword is a
-    :class:`~tfmatcomp.TrainConfig` field (``n_steps=300, lr=1e-3, ...``) and lands in
-    ``train_overrides``. Each entry point adds only its own keywords (``resume``; ``model`` for
-    one run; ``seeds`` for a group).
-
-    Attributes:
-        preset: name or :class:`~tfmatcomp.Preset` supplying defaults for the three configs.
-        model_cfg, task_cfg, train_cfg: override the preset's configs.
-        out_dir: run directory for ``metrics.jsonl`` and ``checkpoints/``; None keeps everything
-            in memory (no checkpoints, no resume). Training from step 0 refuses a directory that
-            already holds a run (:class:`~tfmatcomp.runs.rundir.RunDirError`); resume continues
-            it. A trainer locks the directory while it writes.
-        device: training device (default: CUDA when present, else CPU).
-        progress: show a tqdm progress bar with the current losses.
-        overwrite: clear ``out_dir`` before training from step 0 (only a directory holding
-            nothing but run files is cleared).
-        train_overrides: :class:`~tfmatcomp.TrainConfig` fields replacing those of ``train_cfg``.
-
-    Example:
-        >>> setup = RunSetup.from_keywords("tiny", {"n_steps": 20, "progress": False})
-        >>> setup.progress, setup.train_overrides
-        (False, {'n_steps': 20})
-        >>> model_cfg, task_cfg, train_cfg = setup.configs()
-        >>> train_cfg.n_steps, task_cfg.n_rows
-        (20, 4)
-    """
-
-    preset: str | Preset = "tiny"
-    model_cfg: EncoderConfig | DecoderConfig | None = None
-    task_cfg: TaskConfig | None = None
-    train_cfg: TrainConfig | None = None
-    out_dir: str | os.PathLike | None = None
-    device: torch.device | str | None = None
-    progress: bool = True
-    overwrite: bool = False
-    train_overrides: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_keywords(cls, preset: str | Preset, keywords: Mapping[str, Any]) -> RunSetup:
-        """``preset`` and an entry point's keywords: this class's fields by name, every other
-        keyword a train override."""
-        own = {f.name for f in fields(cls)} - {"preset", "train_overrides"}
-        return cls(preset, **{k: v for k, v in keywords.items() if k in own},
-                   train_overrides={k: v for k, v in keywords.items() if k not in own})
-
-    def configs(self) -> tuple[EncoderConfig | DecoderConfig, TaskConfig, TrainConfig]:
-        """``(model_cfg, task_cfg, train_cfg)``: the preset's, where not given, with the train
-        overrides applied.
-
-        Raises:
-            TypeError: a train override is no :class:`~tfmatcomp.TrainConfig` field.
-        """
-        preset = get_preset(self.preset)
-        return (self.model_cfg or preset.model, self.task_cfg or preset.task,
-                replace(self.train_cfg or preset.train, **self.train_overrides))
-
-
 class Trainer:
     """Online trainer. Prefer :func:`train` unless you need to drive it step by step.
 
@@ -194,7 +121,7 @@ class Trainer:
         preset: name or :class:`Preset` supplying defaults for the three configs.
         model: start from this model instead of a fresh one (its config must equal ``model_cfg``
             when both are given).
-        keywords: the fields of :class:`RunSetup` (``model_cfg``, ``task_cfg``, ``train_cfg``,
+        keywords: the fields of :class:`~tfmatcomp.training.plan.RunSetup` (``model_cfg``, ``task_cfg``, ``train_cfg``,
             ``out_dir``, ``device``, ``progress``, ``overwrite``) and
             :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``). The trainer locks
             ``out_dir`` during :meth:`run`, and from :meth:`resume` until the end of the next run
@@ -218,12 +145,23 @@ class Trainer:
         preset: str | Preset = "tiny",
         *,
         model: HookedEncoder | HookedDecoder | None = None,
+        plan: RunPlan | None = None,
         **keywords: Any,
     ):
-        setup = RunSetup.from_keywords(preset, keywords)
-        if model is not None and setup.model_cfg is None:
-            setup = replace(setup, model_cfg=model.cfg)
-        self.model_cfg, self.task_cfg, self.train_cfg = setup.configs()
+        own_step = type(self).explicit_step is not Trainer.explicit_step
+        if plan is None:
+            plan = plan_run(preset, keywords, own_step=own_step,
+                            model_cfg=model.cfg if model is not None else None)
+        elif keywords:
+            raise TypeError(f"plan: give a plan or keywords, not both (got {sorted(keywords)})")
+        elif plan.seeds is not None:
+            raise ValueError("plan: a group's plan; give one seed's (plan.for_seed(s))")
+        elif plan.fast and own_step:
+            raise ValueError(f"plan: {type(self).__name__} takes its own step, the plan the fast "
+                             "one; plan it with own_step=True")
+        #: the run's plan, decided at the entry point
+        self.run_plan = plan
+        self.model_cfg, self.task_cfg, self.train_cfg = plan.model_cfg, plan.task_cfg, plan.train_cfg
         self.task = self.task_cfg.build()
         #: what the model kind decides: tokens, loss, logged metrics
         self.objective = objective_for(self.model_cfg)
@@ -231,14 +169,13 @@ class Trainer:
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
                              f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
-        device = setup.device
-        self.device = check_device("device", device) if device is not None else default_device()
-        self.out_dir = Path(setup.out_dir) if setup.out_dir is not None else None
-        self.overwrite = bool(setup.overwrite)
+        self.device = plan.device
+        self.out_dir = plan.out_dir
+        self.overwrite = plan.overwrite
         self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
         self._claimed = False
         self._fingerprint: tuple | None = None
-        self.progress = setup.progress
+        self.progress = plan.progress
         seed = self.train_cfg.seed
         if model is None:
             model = self.objective.model_class(self.model_cfg, seed=seed)
@@ -247,12 +184,8 @@ class Trainer:
         self.model = model.to(self.device).train()
         self.model.task_cfg = self.task_cfg
         params = list(self.model.parameters())
-        own_step = type(self).explicit_step is not Trainer.explicit_step
-        #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
-        self.fast, self.step_reason = fast_step.decide(
-            self.train_cfg.fast, self.device,
-            fast_step.blocker(type(self.model), own_step, self.train_cfg.interventions, self.device),
-            getattr(self.model_cfg, "d_model", None))
+        #: whether the run takes the fast step, and why (``run.json``'s ``"step"``): the plan's
+        self.fast, self.step_reason = plan.fast, plan.step_reason
         #: the model's parameters by name (the same objects for the whole run)
         self._named_parameters = dict(self.model.named_parameters())
         #: the run's interventions during training, ready to apply (None without any)
@@ -267,6 +200,11 @@ class Trainer:
         self.step = 0
         self.elapsed_s = 0.0
         self.records: list[dict[str, Any]] = []
+
+    @classmethod
+    def from_plan(cls, plan: RunPlan, model: HookedEncoder | HookedDecoder | None = None) -> Trainer:
+        """The trainer of one run's ``plan`` (:mod:`tfmatcomp.training.plan`), taken as it is."""
+        return cls(model=model, plan=plan)
 
     # ------------------------------------------------------------ state
     def training_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -656,7 +594,7 @@ class Trainer:
 def train(preset: str | Preset = "tiny", *, resume: bool = False, **keywords: Any) -> TrainResult:
     """Train a :class:`HookedEncoder` (or, with a :class:`DecoderConfig` / the ``gpt-tiny``
     preset, a :class:`HookedDecoder` on the GPT variant) on matrix completion (``keywords``: those
-    of :class:`Trainer`, i.e. :class:`RunSetup`'s fields, ``model`` and
+    of :class:`Trainer`, i.e. :class:`~tfmatcomp.training.plan.RunSetup`'s fields, ``model`` and
     :class:`TrainConfig` fields).
 
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
@@ -673,8 +611,10 @@ def train(preset: str | Preset = "tiny", *, resume: bool = False, **keywords: An
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
-    check_resume_overwrite(resume, RunSetup.from_keywords(preset, keywords).overwrite)
-    return resume_and_run(Trainer(preset, **keywords), resume)
+    model = keywords.pop("model", None)
+    plan = plan_run(preset, keywords, resume=resume,
+                    model_cfg=model.cfg if model is not None else None)
+    return resume_and_run(Trainer.from_plan(plan, model), resume)
 
 
 def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
