@@ -72,35 +72,28 @@ def _demo(args: argparse.Namespace) -> int:
             raise ValueError(f"--preset: no bundled run of {args.preset!r}; bundled runs are "
                              f"{sorted(pretrained.available())}")
         return _write_report(args, args.preset)
-    import torch
-
-    from tfmatcomp.runs.layout import seed_dir
-    from tfmatcomp.training.multiseed import parse_seeds, train_many, write_group_file
     from tfmatcomp.report import SeedGroup
-    from tfmatcomp.training.trainer import Trainer, default_device, train
-    from tfmatcomp.validation import writable_output
+    from tfmatcomp.training.multiseed import run_group
+    from tfmatcomp.training.plan import default_device, plan_run
+    from tfmatcomp.validation import check_device, writable_output
 
     with writable_output("out", args.out):  # the report can be written: checked before training
         pass
     out_dir = args.out_dir or f"runs/{args.preset}-demo"
     overrides = {"n_steps": args.steps} if args.steps is not None else {}  # 0 is refused, not ignored
-    device = torch.device(args.device) if args.device else default_device()
+    device = check_device("--device", args.device) if args.device else default_device()
     seeds = args.seeds or DEMO_SEEDS["cuda" if device.type == "cuda" else "cpu"]
-    probe = Trainer(args.preset, device=device, progress=False, **overrides)
+    # the plan train_many makes of these arguments: batched or one seed at a time, decided there
+    plan = plan_run(args.preset, dict(out_dir=out_dir, device=device, overwrite=args.overwrite,
+                                      progress=not args.no_progress, **overrides),
+                    resume=not args.overwrite, seeds=seeds)
     print(f"training seed(s) {seeds} of the {args.preset} preset into {out_dir} on {device} "
-          f"(resumes if interrupted); {probe.step_reason}")
+          f"(resumes if interrupted); {plan.for_seed(plan.seeds[0]).step_reason}")
     if args.preset in pretrained.available():  # a long preset's training is rarely what is meant
-        print(f"{args.preset}: {probe.train_cfg.n_steps:,} steps per seed (the progress bar "
+        print(f"{args.preset}: {plan.train_cfg.n_steps:,} steps per seed (the progress bar "
               f"estimates how long); `tfmatcomp demo --preset {args.preset} --bundled` reports on "
               "the run shipped in the package without training")
-    keywords = dict(resume=not args.overwrite, overwrite=args.overwrite,
-                    progress=not args.no_progress, **overrides)
-    if probe.fast:  # the fast step trains one seed at a time; the batched program is float32
-        for s in parse_seeds(seeds):
-            train(args.preset, seed=s, out_dir=seed_dir(out_dir, s), device=device, **keywords)
-        write_group_file(out_dir, parse_seeds(seeds))
-    else:
-        train_many(args.preset, seeds=seeds, out_dir=out_dir, device=args.device, **keywords)
+    run_group(plan)
     group = SeedGroup.load(out_dir)
     print(f"{len(group.dropped)} of {len(group.seeds)} seeds dropped"
           + (f" (onsets {', '.join(f'{group.drops[s].drop_start:,.0f}' for s in group.dropped)})"

@@ -27,7 +27,7 @@ def _grid_value(text: str):
 
 
 def _parse_grid(items: list[str] | None) -> dict[str, list]:
-    from tfmatcomp.analyses.sweeps import DEFAULT_GRID
+    from tfmatcomp.training.sweeps import DEFAULT_GRID
 
     if not items:
         return {k: list(v) for k, v in DEFAULT_GRID.items()}
@@ -67,7 +67,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
 @command("sweep", _sweep_args)
 def _sweep(args: argparse.Namespace) -> int:
     """Train a grid of configurations and plot final L_mask and the drop step against it."""
-    from tfmatcomp.analyses.sweeps import sweep
+    from tfmatcomp.training.sweeps import sweep
 
     grid = _parse_grid(args.grid)
     result = sweep(grid, args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,

@@ -41,7 +41,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intervention", action="append", type=json_object, metavar="JSON",
                    help="an intervention during training as JSON, e.g. '{\"kind\": "
                    "\"row_column_attention_scale\", \"factor\": 10, \"start_step\": 500}' "
-                   "(repeat for several; kinds: tfmatcomp.config.DURING_TRAINING; "
+                   "(repeat for several; kinds: tfmatcomp.interventions.during_training; "
                    "docs/interventions.md)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
@@ -88,16 +88,27 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _train_here(args: argparse.Namespace) -> int:
-    from tfmatcomp import distributed  # the single-process trainers when not under torchrun
+    from tfmatcomp import distributed
 
-    # the run's keywords (RunSetup's, resume and the TrainConfig overrides), for one seed or many
-    keywords = dict(out_dir=args.out, device=args.device, resume=args.resume,
-                    overwrite=args.overwrite, progress=not args.no_progress,
-                    **train_overrides(args))
+    # the run's keywords (RunSetup's and the TrainConfig overrides), for one seed or many
+    keywords = dict(out_dir=args.out, device=args.device, overwrite=args.overwrite,
+                    progress=not args.no_progress, **train_overrides(args))
+    if args.seeds is not None and args.seed is not None:
+        raise ValueError("--seed and --seeds: give one of them")
+    if distributed.under_torchrun():  # one of several ranks: the data- or seed-parallel trainers
+        if args.seeds is not None:
+            runs = distributed.train_many(args.preset, seeds=args.seeds, resume=args.resume,
+                                          **keywords)
+        else:
+            runs = distributed.train(args.preset, resume=args.resume, **keywords)
+        if distributed.rank() != 0 and args.seeds is None:
+            return 0
+    else:  # one process: the plan, decided once here, trained as it is
+        from tfmatcomp.training.multiseed import run_plan
+        from tfmatcomp.training.plan import plan_run
+
+        runs = run_plan(plan_run(args.preset, keywords, resume=args.resume, seeds=args.seeds))
     if args.seeds is not None:
-        if args.seed is not None:
-            raise ValueError("--seed and --seeds: give one of them")
-        runs = distributed.train_many(args.preset, seeds=args.seeds, **keywords)
         for seed, result in runs:
             if len(result.metrics):
                 last = result.metrics.iloc[-1]
@@ -106,14 +117,11 @@ def _train_here(args: argparse.Namespace) -> int:
         if distributed.rank() == 0:
             print(f"runs written to {args.out}/seed-*")
         return 0
-    result = distributed.train(args.preset, **keywords)
-    if distributed.rank() != 0:
-        return 0
-    last = result.metrics.iloc[-1] if len(result.metrics) else None
+    last = runs.metrics.iloc[-1] if len(runs.metrics) else None
     if last is not None:
-        print(f"step {result.step}: eval L_obs {last['eval_L_obs']:.3g}, "
+        print(f"step {runs.step}: eval L_obs {last['eval_L_obs']:.3g}, "
               f"eval L_mask {last['eval_L_mask']:.3g}")
-    print(f"run written to {result.out_dir}")
+    print(f"run written to {runs.out_dir}")
     return 0
 
 
