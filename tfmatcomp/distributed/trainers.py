@@ -71,17 +71,17 @@ class DistributedTrainer(Trainer):
         if self.objective is not OBJECTIVES["encoder"]:
             raise ValueError("DistributedTrainer: data-parallel training runs the encoder task "
                              "only; train a decoder preset (e.g. gpt-tiny) in one process")
-        if self.plan and self.plan.has_penalty:
-            raise ValueError("interventions: a row_column_attention_penalty is collected on the "
-                             "whole batch; data-parallel ranks see only their rows. Train it in "
-                             "one process")
+        refused = self.plan.refused_by("data_parallel") if self.plan else None
+        if refused is not None:
+            raise ValueError(f"interventions: a {refused.kind} is collected on the whole batch; "
+                             "data-parallel ranks see only their rows. Train it in one process")
         n = self.train_cfg.batch_size
         if n < self.world_size:
             raise ValueError(f"batch_size: {n} matrices cannot be shared by {self.world_size} "
                              "ranks; give at least one per rank")
         self.rows = shard_range(n, self.rank, self.world_size)
         if self.rank != 0:
-            self._lock = None  # rank 0 alone touches the run directory
+            self.directory.shared()  # rank 0 alone touches the run directory
         self._ddp: DistributedDataParallel | None = None
 
     def _data_parallel(self) -> DistributedDataParallel:
