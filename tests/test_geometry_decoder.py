@@ -8,7 +8,7 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.song_zhong.corpus import Document
-from tfmatcomp.song_zhong.lm import CharTokenizer, train_lm, text_sampler, encode_documents
+from tfmatcomp.training.lm import CharTokenizer, train_lm, text_sampler, encode_documents
 from tfmatcomp.song_zhong.models import DecoderGeometry, load_geometry_model
 
 TEXTS = {"one": "the cat sat on the mat and the dog sat on the log " * 8,

@@ -10,7 +10,7 @@ from tfmatcomp.cli.args import command, written
 def _geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", help="local transformers model directory (bert or gpt2, with its "
                    "tokenizer), or a tfmatcomp HookedDecoder checkpoint or run directory whose "
-                   "metadata holds its tokenizer (tfmatcomp.song_zhong.lm.train_lm); nothing is "
+                   "metadata holds its tokenizer (tfmatcomp.training.lm.train_lm); nothing is "
                    "downloaded")
     p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
                    "document per file); documents are the cluster labels")

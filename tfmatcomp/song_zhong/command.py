@@ -287,7 +287,7 @@ def run_geometry(
     Args:
         model_dir: a local transformers directory (``bert`` or ``gpt2`` model type, with tokenizer),
             or a tfmatcomp HookedDecoder checkpoint (directory, ``model.safetensors`` or run
-            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.song_zhong.lm.train_lm`
+            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.training.lm.train_lm`
             writes it).
         text: a text file (documents separated by blank lines), a directory (one document per
             file), or a list of :class:`~tfmatcomp.song_zhong.corpus.Document` objects.

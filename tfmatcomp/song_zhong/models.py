@@ -15,7 +15,7 @@ read at TransformerLens's hook names and computed by the models' own components:
 * **A tfmatcomp HookedDecoder checkpoint** (a checkpoint directory, its ``model.safetensors``, or a
   run directory, as :func:`~tfmatcomp.save_checkpoint` and the trainers write them): a
   :class:`DecoderGeometry`. Its tokenizer comes from the checkpoint's metadata (a
-  :class:`~tfmatcomp.song_zhong.lm.CharTokenizer` saved by :func:`~tfmatcomp.song_zhong.lm.train_lm`).
+  :class:`~tfmatcomp.training.lm.CharTokenizer` saved by :func:`~tfmatcomp.training.lm.train_lm`).
 
 :class:`DecoderGeometry` reads a pre-LN decoder as the paper did: the stream is
 ``blocks.{l}.hook_resid_pre`` for ``l < L`` and the output of ``ln_final`` for ``L`` (transformers'
@@ -293,7 +293,7 @@ def check_model_files(path: Path) -> None:
 def _load_checkpoint_model(p: Path) -> tuple[GeometryModel, Any]:
     from tfmatcomp.runs.checkpoint import load_checkpoint_info
     from tfmatcomp.models.decoder import HookedDecoder
-    from tfmatcomp.song_zhong.lm import tokenizer_from_metadata
+    from tfmatcomp.training.lm import tokenizer_from_metadata
 
     model, info = load_checkpoint_info(p)
     if not isinstance(model, HookedDecoder):
@@ -303,7 +303,7 @@ def _load_checkpoint_model(p: Path) -> tuple[GeometryModel, Any]:
     tokenizer = tokenizer_from_metadata(info.metadata)
     if tokenizer is None:
         raise ValueError(f"model_dir: the checkpoint {str(info.path)!r} records no tokenizer in its "
-                         "metadata (train it with tfmatcomp.song_zhong.lm.train_lm, or save it with "
+                         "metadata (train it with tfmatcomp.training.lm.train_lm, or save it with "
                          "metadata={'tokenizer': CharTokenizer(...).to_dict()})")
     return DecoderGeometry(model.eval(), family=str(info.metadata.get("family", "decoder"))), tokenizer
 

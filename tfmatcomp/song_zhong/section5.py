@@ -1,7 +1,7 @@
 """Song & Zhong Section 5 ("why training format matters") on small decoders that train on a CPU.
 
 Three experiments, each a function that trains :class:`~tfmatcomp.HookedDecoder` models with
-:func:`~tfmatcomp.song_zhong.lm.train_lm` and measures their positional basis with the geometry
+:func:`~tfmatcomp.training.lm.train_lm` and measures their positional basis with the geometry
 command's machinery (:class:`~tfmatcomp.song_zhong.models.DecoderGeometry`, the streaming
 decomposition, :func:`~tfmatcomp.geometry.summary.summary_table`):
 
@@ -18,7 +18,7 @@ decomposition, :func:`~tfmatcomp.geometry.summary.summary_table`):
   (:func:`randomized_sampler`), each measured on the three kinds of input. The paper: randomization
   destroys the positional basis's structure exactly where it takes place.
 * **NanoGPT** (Table 1's first row): a character-level GPT trained on the offline pydoc corpus
-  (:func:`~tfmatcomp.song_zhong.lm.pydoc_documents`), measured as the geometry command measures any
+  (:func:`~tfmatcomp.training.lm.pydoc_documents`), measured as the geometry command measures any
   model (:func:`nanogpt_experiment`).
 
 Smoothness of a positional basis is read two ways (:func:`positional_profile`): the mean cosine
@@ -55,7 +55,7 @@ from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.decomposition import Decomposition
 from tfmatcomp.geometry.fourier import gram_dct, low_frequency_energy
-from tfmatcomp.song_zhong.lm import (CharTokenizer, Sampler, encode_documents, pydoc_documents,
+from tfmatcomp.training.lm import (CharTokenizer, Sampler, encode_documents, pydoc_documents,
                                    text_sampler, train_lm)
 from tfmatcomp.song_zhong.models import DecoderGeometry
 from tfmatcomp.geometry.similarity import cosine_matrix
@@ -153,7 +153,7 @@ class AdditionTask:
         return tokens, weights
 
     def sampler(self) -> Sampler:
-        """The training distribution as a :data:`~tfmatcomp.song_zhong.lm.Sampler`."""
+        """The training distribution as a :data:`~tfmatcomp.training.lm.Sampler`."""
         return lambda batch_size, generator: self.sample(batch_size, generator)
 
 
@@ -298,7 +298,7 @@ def randomized_sampler(sampler: Sampler, keep: float, vocab_size: int) -> Sample
     """``sampler``'s windows passed through :func:`randomize_tokens` (same generator).
 
     Example:
-        >>> from tfmatcomp.song_zhong.lm import text_sampler
+        >>> from tfmatcomp.training.lm import text_sampler
         >>> s = randomized_sampler(text_sampler(torch.zeros(20, dtype=torch.long), 4), 0.5, 9)
         >>> s(2, torch.Generator().manual_seed(0))[:, :2].tolist()   # the first half is the text
         [[0, 0], [0, 0]]
@@ -460,7 +460,7 @@ def nanogpt_experiment(
     sections: list[str] | None = None,
 ) -> dict[str, Any]:
     """Table 1's NanoGPT row: a character-level GPT trained on the pydoc corpus with
-    :func:`~tfmatcomp.song_zhong.lm.train_lm`, then measured by
+    :func:`~tfmatcomp.training.lm.train_lm`, then measured by
     :func:`~tfmatcomp.song_zhong.command.run_geometry` on the same corpus (topics as cluster labels,
     first token dropped).
 
