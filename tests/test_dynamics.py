@@ -16,7 +16,7 @@ from tfmatcomp.analyses.dynamics import (
     PAPER_COMPONENTS, component_training, detect_drop, reinitialize_component, summarize_drops,
     train_component,
 )
-from tfmatcomp.config import Freeze, Reinitialize
+from tfmatcomp.interventions.during_training import Freeze, Reinitialize
 from tfmatcomp.models.param_groups import GROUPS, group_parameter_names, group_predicate
 
 STEPS = np.arange(0, 50_000, 50.0)

@@ -70,6 +70,8 @@ ALLOWED = {
 #: ``tfmatcomp.``; a module belongs to the layer of its longest matching prefix.
 LAYERS = [
     ("validation", "_interrupts"), ("task",), ("config",), ("models.components",), ("models",),
+    ("interventions.base", "interventions.hook_fn", "interventions.serialize", "interventions.weights",
+     "interventions.during_training"),
     ("runs",), ("datapath",), ("training",), ("decomposition",), ("distributed",),
     ("pretrained",), ("interventions",), ("experiments",), ("geometry",), ("analyses",),
     ("plotting",), ("report",), ("song_zhong",), ("cli",), ("interop",),
@@ -79,6 +81,11 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("tfmatcomp.cli", "tfmatcomp"): "`tfmatcomp --version` prints the package's __version__",
     ("tfmatcomp.training.sweeps", "tfmatcomp.plotting.sweeps"):
         "SweepResult.figure(), a convenience like pandas' .plot, imports plotting on first call",
+    ("tfmatcomp.config", "tfmatcomp.interventions.during_training"):
+        "TrainConfig reads its interventions' JSON through the one kind registry, on first use "
+        "(the presets hold none)",
+    ("tfmatcomp.training.sweeps", "tfmatcomp.analyses.dynamics"):
+        "sweep_table summarizes each run's drop with the one drop detector, imported on first call",
 }
 
 

@@ -130,7 +130,7 @@ def test_nan_loss_stops_training_with_a_clear_error():
 
 
 def test_training_one_component_alone():
-    from tfmatcomp.config import Freeze
+    from tfmatcomp.interventions.during_training import Freeze
     from tfmatcomp.models.param_groups import group_predicate
 
     base = tm.HookedEncoder(small_cfg(), seed=0)

@@ -36,8 +36,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tfmatcomp.runs import rundir
-from tfmatcomp.runs.layout import GROUP_FILE, has_training_state, list_checkpoints, seed_dir
-from tfmatcomp.config import Preset, Reinitialize, RowColumnAttentionPenalty
+from tfmatcomp.runs.layout import GROUP_FILE, seed_dir
+from tfmatcomp.config import Preset
+from tfmatcomp.interventions.during_training import Reinitialize
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.training.loop import Schedule, TrainingStep, check_n_steps, resume_and_run, run_loop
@@ -46,7 +47,7 @@ from tfmatcomp.training.plan import BATCHED_STEP, RunPlan, parse_seeds, plan_run
 from tfmatcomp.training.trainer import Trainer, TrainResult
 from tfmatcomp.validation import read_json_bounded
 
-__all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "run_group",
+__all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "run_plan", "run_group",
            "write_group_file", "parse_seeds", "BATCHED_STEP"]
 
 
@@ -105,10 +106,11 @@ class MultiSeedTrainer:
             raise TypeError("plan: give a plan or seeds and keywords, not both")
         elif plan.seeds is None or not plan.batched:
             raise ValueError("plan: not the plan of a batched group of seeds")
-        if any(isinstance(iv, RowColumnAttentionPenalty) for iv in plan.train_cfg.interventions):
-            raise ValueError("interventions: the batched multi-seed program cannot collect a "
-                             "row_column_attention_penalty inside vmap; train_many trains "
-                             "such seeds one at a time")
+        refused = next((iv for iv in plan.train_cfg.interventions if not iv.batched), None)
+        if refused is not None:
+            raise ValueError(f"interventions: the batched multi-seed program cannot carry a "
+                             f"{refused.kind} (inside vmap); train_many trains such seeds one at "
+                             "a time")
         if plan.train_cfg.fast:
             raise ValueError("fast: the batched multi-seed program runs float32; train_many "
                              "trains fast seeds one at a time on the fast step")
@@ -421,8 +423,8 @@ def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
 
 def _resume_at(trainer: Trainer, step: int) -> None:
     """Reload ``trainer`` from its checkpoint at ``step`` (which must hold training state)."""
-    path = list_checkpoints(trainer.out_dir).get(step)
-    if path is None or not has_training_state(path):
+    path = trainer.directory.checkpoint_at(step)
+    if path is None:
         raise ValueError(f"seeds: {trainer.out_dir} has no resumable checkpoint at step {step}")
     trainer.restore(path)
 
@@ -449,6 +451,14 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         [(0, 10), (1, 10), (2, 10)]
     """
     return run_group(plan_run(preset, keywords, resume=resume, seeds=seeds))
+
+
+def run_plan(plan: RunPlan) -> TrainResult | MultiSeedResult:
+    """Train ``plan``, one run's (:meth:`~tfmatcomp.Trainer.from_plan`) or a group's
+    (:func:`run_group`), resuming when it says so: what ``tfmatcomp train`` runs in one process."""
+    if plan.seeds is None:
+        return resume_and_run(Trainer.from_plan(plan), plan.resume)
+    return run_group(plan)
 
 
 def run_group(plan: RunPlan) -> MultiSeedResult:

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 import torch
 
-from tfmatcomp.config import (DecoderConfig, EncoderConfig, Preset, RowColumnAttentionPenalty,
-                              TaskConfig, TrainConfig, get_preset)
+from tfmatcomp.config import (DecoderConfig, EncoderConfig, Preset, TaskConfig, TrainConfig,
+                              get_preset)
 from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.runs.layout import seed_dir
 from tfmatcomp.training import fast_step
@@ -204,7 +204,7 @@ def _batched(fast: bool, train_cfg: TrainConfig, device: torch.device) -> bool:
     attention penalty (collected outside ``vmap``), nor when the fast step is taken on a CPU
     (where the batched program costs K single runs anyway, in float32) or asked for with
     ``fast=True``; on a GPU it is nearly free per seed, so it stays."""
-    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in train_cfg.interventions):
+    if not all(iv.batched for iv in train_cfg.interventions):
         return False
     return not (fast and (device.type == "cpu" or train_cfg.fast))
 

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.config import Freeze, Reinitialize
+from tfmatcomp.interventions.during_training import Freeze, Reinitialize
 from tfmatcomp.models.param_groups import group_parameter_names
 from tfmatcomp.validation import is_int
 
