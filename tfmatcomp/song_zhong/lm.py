@@ -57,7 +57,7 @@ from tfmatcomp.runs.layout import (
     METRICS_FILE, checkpoint_path, has_training_state, latest_checkpoint, list_checkpoints,
 )
 from tfmatcomp.runs.rundir import RunDirError
-from tfmatcomp.song_zhong.corpus import Document
+from tfmatcomp.task.corpus import Document
 from tfmatcomp.training.loop import Schedule, TrainingStep, check_resume_overwrite, run_loop
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)

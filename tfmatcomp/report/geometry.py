@@ -1,15 +1,15 @@
 """``tfmatcomp geometry MODEL_DIR TEXT -o geometry.html``: Song & Zhong's whole picture of a local model.
 
-:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.song_zhong.models.load_geometry_model`),
+:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.geometry.models.load_geometry_model`),
 cuts the text into ``C`` contexts of ``T`` tokens labelled by document
-(:mod:`~tfmatcomp.song_zhong.corpus`), streams the decomposition of every layer with a progress bar
+(:mod:`~tfmatcomp.task.corpus`), streams the decomposition of every layer with a progress bar
 (:func:`~tfmatcomp.decomposition.accumulate`; memory ``O(L (T + C) d + L d^2)``), takes a second pass
 on a few contexts for ``cvec`` / ``resid``, and writes one self-contained HTML page with the report's
 renderer. As the paper (Appendix A.3) the first token is dropped (``drop_first=1``): it acts as a
 null token that draws most attention and distorts the geometry.
 
 Example:
-    >>> from tfmatcomp.song_zhong.command import SECTIONS
+    >>> from tfmatcomp.report.geometry import SECTIONS
     >>> list(SECTIONS)
     ['table1', 'pca', 'gram', 'clusters', 'qk', 'theory', 'induction']
 """
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,21 +27,24 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 import torch
 
+from tfmatcomp.analyses.training_format import pydoc_data, small_gpt_config
 from tfmatcomp.decomposition import Decomposition
-from tfmatcomp.song_zhong import paper
+from tfmatcomp.geometry import reference as paper
 from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
-from tfmatcomp.song_zhong.corpus import Contexts, Document, cut_contexts, read_documents
-from tfmatcomp.song_zhong.induction import induction_study
-from tfmatcomp.song_zhong.models import GeometryModel, load_geometry_model
+from tfmatcomp.task.corpus import Contexts, Document, cut_contexts, read_documents
+from tfmatcomp.geometry.induction import induction_study
+from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
 from tfmatcomp.geometry.theory import (factorization_errors, matched_inputs, positional_projection,
                                        theorem1_table)
 from tfmatcomp.report.sections import Section
+from tfmatcomp.song_zhong.lm import text_sampler, train_lm
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
-__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "SECTIONS"]
+__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "nanogpt_experiment",
+           "SECTIONS"]
 
 
 @dataclass
@@ -290,7 +294,7 @@ def run_geometry(
             directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.song_zhong.lm.train_lm`
             writes it).
         text: a text file (documents separated by blank lines), a directory (one document per
-            file), or a list of :class:`~tfmatcomp.song_zhong.corpus.Document` objects.
+            file), or a list of :class:`~tfmatcomp.task.corpus.Document` objects.
         out: the HTML file to write.
         n_contexts: ``C``, contexts of the first pass (fewer if the text is short).
         n_positions: ``T``, tokens per context (at most the model's maximum).
@@ -385,3 +389,62 @@ def _cat(parts: list[Decomposition]) -> Decomposition:
     counts = None if first.ctx_counts is None else cat("ctx_counts")
     return replace(first, ctx=cat("ctx"), resid=cat("resid"), mask=mask, ctx_counts=counts,
                    n_contexts=sum(p.ctx.shape[0] for p in parts))
+
+
+# ------------------------------------------------------------------ Table 1's NanoGPT row
+def nanogpt_experiment(
+    *,
+    n_positions: int = 128,
+    n_layers: int = 3,
+    d_model: int = 96,
+    n_heads: int = 4,
+    n_steps: int = 1200,
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    seed: int = 0,
+    n_contexts: int = 256,
+    n_second: int = 32,
+    max_documents: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+    report: str | os.PathLike | None = None,
+    sections: list[str] | None = None,
+) -> dict[str, Any]:
+    """Table 1's NanoGPT row: a character-level GPT trained on the pydoc corpus with
+    :func:`~tfmatcomp.song_zhong.lm.train_lm`, then measured by
+    :func:`run_geometry` on the same corpus (topics as cluster labels,
+    first token dropped).
+
+    Returns:
+        ``{"row": Table 1's row (mean (std) over layers), "summary": the per-layer table,
+        "metrics": the training log, "seconds": training seconds, "report": the page's path,
+        "path": the checkpoint}``. The page goes to ``report`` (default a temporary file, or
+        ``out_dir/nanogpt.html``); the run to ``out_dir/nanogpt`` (default a temporary directory).
+
+    Example:
+        >>> r = nanogpt_experiment(n_positions=16, n_layers=1, d_model=16, n_heads=2, n_steps=2,
+        ...                        batch_size=4, n_contexts=8, n_second=4, max_documents=3,
+        ...                        sections=["table1"])
+        >>> r["row"]["model"]
+        'char-gpt (ours)'
+    """
+    tok, stream, docs = pydoc_data(max_documents)
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory()
+        out_dir = tmp.name
+    try:
+        cfg = small_gpt_config(n_layers, d_model, n_heads, n_positions, tok.vocab_size)
+        t0 = time.perf_counter()
+        run = train_lm(cfg, text_sampler(stream, n_positions), tokenizer=tok, n_steps=n_steps,
+                       batch_size=batch_size, lr=lr, seed=seed, log_every=max(1, n_steps // 10),
+                       out_dir=Path(out_dir) / "nanogpt", metadata={"family": "char-gpt"})
+        seconds = time.perf_counter() - t0
+        page = Path(report) if report is not None else Path(out_dir) / "nanogpt.html"
+        geo = run_geometry(run.path, docs, page, n_contexts=n_contexts, n_positions=n_positions,
+                           n_second=n_second, sections=sections, progress=False)
+        row = table1_row(geo.summary, "char-gpt (ours)", "pydoc topics")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return {"row": row, "summary": geo.summary, "metrics": run.metrics, "seconds": seconds,
+            "report": page if tmp is None else None, "path": run.path if tmp is None else None}
