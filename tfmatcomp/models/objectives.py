@@ -41,7 +41,7 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.metrics import losses, mse
 
 __all__ = ["Objective", "EncoderObjective", "DecoderObjective", "OBJECTIVES", "DEFAULT_KIND",
-           "objective_for", "objective_named"]
+           "objective_for", "objective_named", "model_kind", "config_kind"]
 
 
 class Objective:
@@ -184,3 +184,33 @@ def objective_for(what: Any) -> Objective:
             return objective
     raise TypeError(f"model_cfg: expected an EncoderConfig or a DecoderConfig (or their models), "
                     f"got {type(what).__name__}")
+
+
+def model_kind(what: Any) -> str | None:
+    """The kind of a model (``"encoder"``, ``"decoder"``, ...), None when ``what`` is no registered
+    model (a config, a path, anything else). Code outside ``models/`` asks this instead of testing
+    model classes, so a new kind is registered in :data:`OBJECTIVES` alone.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model_kind(tm.HookedEncoder(tm.get_preset("tiny").model)), model_kind(tm.get_preset("tiny").model)
+        ('encoder', None)
+    """
+    for objective in OBJECTIVES.values():
+        if isinstance(what, objective.model_class):
+            return objective.kind
+    return None
+
+
+def config_kind(what: Any) -> str | None:
+    """The kind of a model config, None when ``what`` is no registered config.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> config_kind(tm.get_preset("tiny").model), config_kind("tiny")
+        ('encoder', None)
+    """
+    for objective in OBJECTIVES.values():
+        if isinstance(what, objective.config_class):
+            return objective.kind
+    return None

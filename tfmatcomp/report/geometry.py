@@ -20,7 +20,7 @@ import math
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,7 +31,6 @@ from tfmatcomp.analyses.training_format import pydoc_data, small_gpt_config
 from tfmatcomp.decomposition import Decomposition
 from tfmatcomp.geometry import reference as paper
 from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
-from tfmatcomp.task.corpus import Contexts, Document, cut_contexts, read_documents
 from tfmatcomp.geometry.induction import induction_study
 from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
@@ -39,8 +38,15 @@ from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
 from tfmatcomp.geometry.theory import (factorization_errors, matched_inputs, positional_projection,
                                        theorem1_table)
+from tfmatcomp.plotting.decomposition import gram_figure, pos_pca_figure, qk_figure, spectrum_figure
+from tfmatcomp.plotting.geometry import (induction_figure, label_similarity_figure,
+                                         layer_measurements_figure, rotated_wqk_figure,
+                                         theorem1_figure, theorem2_figure)
+from tfmatcomp.report.build import compute_sections
+from tfmatcomp.report.render import page, template
 from tfmatcomp.report.sections import Section
 from tfmatcomp.song_zhong.lm import text_sampler, train_lm
+from tfmatcomp.task.corpus import Contexts, Document, cut_contexts, read_documents
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
 __all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "nanogpt_experiment",
@@ -97,8 +103,6 @@ def table1_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
 
 
 def _table1(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.geometry import layer_measurements_figure
-
     table = g.summary
     ours = table1_row(table, f"{g.model.family} (ours)", Path(g.text).name)
     small_decoder = g.model.causal and g.model.family != "gpt2"  # e.g. a character-level GPT
@@ -126,8 +130,6 @@ def _table1(g: GeometryContext, s: Section) -> None:
 
 
 def _pca(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import pos_pca_figure
-
     stream = {k: g.residuals[k] for k in g.model.stream_keys}
     s.items.append(pos_pca_figure(stream))
     s.text = ("Fig. 1: each layer's positional basis pos_t (blue, darker = later) and random cvec "
@@ -136,8 +138,6 @@ def _pca(g: GeometryContext, s: Section) -> None:
 
 
 def _gram(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import gram_figure, spectrum_figure
-
     key = g.model.stream_keys[g.layer]
     s.items += [gram_figure(g.stream[key], g.contexts.labels), spectrum_figure(g.residuals[key])]
     s.text = (f"Figs. 2-3 at layer {g.layer} ({key}): the normalized Gram matrix of [pos; ctx] with "
@@ -148,8 +148,6 @@ def _gram(g: GeometryContext, s: Section) -> None:
 
 
 def _clusters(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.geometry import label_similarity_figure
-
     keys = g.model.stream_keys
     picks = sorted({0, g.layer, len(keys) - 1})
     mats = {f"layer {i}": label_similarity_matrix(g.stream[keys[i]].ctx, g.contexts.labels)
@@ -165,9 +163,6 @@ def _clusters(g: GeometryContext, s: Section) -> None:
 
 
 def _qk(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import qk_figure
-    from tfmatcomp.plotting.geometry import rotated_wqk_figure
-
     key = g.model.attention_input_keys[g.layer]
     dec = g.attention_inputs[key]
     qk = g.model.qk(g.contexts.tokens[:1], g.layer, dec)
@@ -188,8 +183,6 @@ def _qk(g: GeometryContext, s: Section) -> None:
 
 
 def _theory(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.geometry import theorem1_figure, theorem2_figure
-
     keys = g.model.stream_keys
     picks = sorted({0, g.layer, len(keys) - 1})
     tables = {f"layer {i}": theorem1_table(g.stream[keys[i]].pos) for i in picks}
@@ -221,9 +214,6 @@ def _theory(g: GeometryContext, s: Section) -> None:
 
 
 def _induction(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import qk_figure
-    from tfmatcomp.plotting.geometry import induction_figure
-
     inputs = {l: g.attention_inputs[k] for l, k in enumerate(g.model.attention_input_keys)}
     prefix = g.contexts.tokens[0, :g.drop_first].tolist()  # as the contexts start (BERT: [CLS])
     limit = _max_positions(g.model)  # the paper's period 8, shorter when 3 copies would not fit
@@ -361,17 +351,14 @@ def run_geometry(
                             head=head, model_dir=str(model_dir), text=text_label,
                             drop_first=drop_first, seed=seed,
                             summary=summary_table(list(stream.values()), contexts.labels))
-        from tfmatcomp.report.build import compute_sections
-        from tfmatcomp.report.render import page
 
         done = compute_sections(g, keys, progress, SECTIONS)
         n_params = sum(p.numel() for p in gm.module.parameters())
-        header = (f"<p class='meta'>model <code>{model_dir}</code> ({gm.family}, {gm.n_layers} layers "
-                  f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text_label}</code>: "
-                  f"{contexts.n_contexts} contexts of {contexts.n_positions} tokens from "
-                  f"{len(contexts.names)} document(s), second pass on {len(rows)} contexts; first "
-                  f"{drop_first} token(s) dropped; built in {time.perf_counter() - t0:.0f} s. "
-                  "Layers and heads are 0-based.</p>")
+        header = template("geometry_header.html.j2").render(
+            model_dir=str(model_dir), family=gm.family, n_layers=gm.n_layers, n_heads=gm.n_heads,
+            n_params=n_params, text=text_label, n_contexts=contexts.n_contexts,
+            n_positions=contexts.n_positions, n_documents=len(contexts.names), n_second=len(rows),
+            drop_first=drop_first, seconds=time.perf_counter() - t0)
         out_path.write_text(page("tfmatcomp geometry", header, done), encoding="utf-8")
     return GeometryReport(path=out_path, sections=done, summary=g.summary,
                           forward_seconds=forward_seconds)
@@ -379,8 +366,6 @@ def run_geometry(
 
 def _cat(parts: list[Decomposition]) -> Decomposition:
     """Second-pass decompositions of consecutive chunks, as one."""
-    from dataclasses import replace
-
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
