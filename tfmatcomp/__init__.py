@@ -41,7 +41,7 @@ __all__ = [
 # light: plotly, scipy and cvxpy are imported only by the analyses that need them.
 _SUBMODULES = {
     "task", "models", "training", "runs", "analyses", "interventions", "experiments",
-    "decomposition", "geometry", "song_zhong", "distributed", "plotting", "report", "interop",
+    "decomposition", "geometry", "distributed", "plotting", "report", "interop",
     "pretrained",
 }
 

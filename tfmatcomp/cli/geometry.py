@@ -32,7 +32,7 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
 @command("geometry", _geometry_args)
 def _geometry(args: argparse.Namespace) -> int:
     """Song & Zhong's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
-    from tfmatcomp.song_zhong.command import run_geometry
+    from tfmatcomp.report.geometry import run_geometry
 
     report = run_geometry(args.model_dir, args.text, args.out, n_contexts=args.contexts,
                           n_positions=args.positions, n_second=args.second_pass,

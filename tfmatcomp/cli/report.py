@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tfmatcomp.cli.args import command, output_args, written
-from tfmatcomp.config import PRESETS, EncoderConfig
+from tfmatcomp.config import PRESETS
 
 
 def _report_args(p: argparse.ArgumentParser) -> None:
@@ -44,9 +44,11 @@ DEMO_SEEDS = {"cuda": "0-7", "cpu": "0"}
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
+    from tfmatcomp.models.objectives import config_kind
+
     p.add_argument("--preset", default="tiny",
                    choices=sorted(n for n, pr in PRESETS.items()
-                                  if isinstance(pr.model, EncoderConfig)),
+                                  if config_kind(pr.model) == "encoder"),
                    help="the preset to train, or whose bundled run to use (default: tiny)")
     p.add_argument("--bundled", action="store_true",
                    help="use the run bundled in the package instead of training (tiny: about a "

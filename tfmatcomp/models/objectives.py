@@ -41,7 +41,8 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.metrics import losses, mse
 
 __all__ = ["Objective", "EncoderObjective", "DecoderObjective", "OBJECTIVES", "DEFAULT_KIND",
-           "objective_for", "objective_named", "objective_of_class", "as_model"]
+           "objective_for", "objective_named", "objective_of_class", "as_model", "model_kind",
+           "config_kind"]
 
 
 class Objective:
@@ -229,3 +230,33 @@ def as_model(what: Any, kind: str, seed: int = 0) -> Any:
         return objective.model_class(what, seed=seed)
     raise ValueError(f"model: expected a {objective.model_class.__name__} or a "
                      f"{objective.config_class.__name__}, got {type(what).__name__}")
+
+
+def model_kind(what: Any) -> str | None:
+    """The kind of a model (``"encoder"``, ``"decoder"``, ...), None when ``what`` is no registered
+    model (a config, a path, anything else). Code outside ``models/`` asks this instead of testing
+    model classes, so a new kind is registered in :data:`OBJECTIVES` alone.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model_kind(tm.HookedEncoder(tm.get_preset("tiny").model)), model_kind(tm.get_preset("tiny").model)
+        ('encoder', None)
+    """
+    for objective in OBJECTIVES.values():
+        if isinstance(what, objective.model_class):
+            return objective.kind
+    return None
+
+
+def config_kind(what: Any) -> str | None:
+    """The kind of a model config, None when ``what`` is no registered config.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> config_kind(tm.get_preset("tiny").model), config_kind("tiny")
+        ('encoder', None)
+    """
+    for objective in OBJECTIVES.values():
+        if isinstance(what, objective.config_class):
+            return objective.kind
+    return None

@@ -54,7 +54,7 @@ from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
 from tfmatcomp.models.objectives import as_model
 from tfmatcomp.runs.run_directory import RunDirectory
-from tfmatcomp.song_zhong.corpus import Document
+from tfmatcomp.task.corpus import Document
 from tfmatcomp.training.loop import Schedule, TrainingStep, check_resume_overwrite, run_loop
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
