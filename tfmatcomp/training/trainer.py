@@ -120,8 +120,10 @@ class Trainer:
         preset: name or :class:`Preset` supplying defaults for the three configs.
         model: start from this model instead of a fresh one (its config must equal ``model_cfg``
             when both are given).
-        keywords: the fields of :class:`~tfmatcomp.training.plan.RunSetup` (``model_cfg``, ``task_cfg``, ``train_cfg``,
-            ``out_dir``, ``device``, ``progress``, ``overwrite``) and
+        plan: the run's :class:`~tfmatcomp.training.plan.RunPlan`, taken as it is (instead of
+            ``preset`` and ``keywords``; see :meth:`from_plan`).
+        keywords: the fields of :class:`~tfmatcomp.training.plan.RunSetup` (``model_cfg``,
+            ``task_cfg``, ``train_cfg``, ``out_dir``, ``device``, ``progress``, ``overwrite``) and
             :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``). The trainer locks
             ``out_dir`` during :meth:`run`, and from :meth:`resume` until the end of the next run
             or :meth:`close`; call :meth:`resume` to continue a run there. Freezing or
@@ -135,9 +137,13 @@ class Trainer:
     which step runs and why. A run with a hook attached when :meth:`run` starts takes the
     explicit step.
 
-    :meth:`run` trains through :func:`~tfmatcomp.training.loop.run_loop`, for which the trainer is
-    the host (:meth:`start`, :meth:`save_checkpoints`, :meth:`close`) and its one run record
-    (:meth:`open_log`, :meth:`log`); :meth:`training_step` is the step it plugs in.
+    The trainer is the host of one run in :func:`~tfmatcomp.training.loop.run_loop`
+    (:meth:`start`, :meth:`save_checkpoints`, :meth:`close`, :meth:`training_step`: the step it
+    plugs in). The run's state (model, optimizer, generators, step, clock) is its :attr:`state`, a
+    :class:`~tfmatcomp.training.state.RunState`; its files (lock, metrics record, checkpoints,
+    resume) are its :attr:`directory`, a :class:`~tfmatcomp.runs.run_directory.RunDirectory`.
+    Keywords are resolved into a plan once (:func:`~tfmatcomp.training.plan.plan_run`): the step
+    is the plan's.
     """
 
     def __init__(
