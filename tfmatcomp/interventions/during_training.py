@@ -22,7 +22,7 @@ step. A new kind is one class here, or in any module: subclassing registers it.
 
 Example:
     >>> Freeze("mlp", end_step=1000).to_dict()
-    {'kind': 'freeze', 'groups': ['mlp'], 'except_groups': [], 'start_step': 0, 'end_step': None}
+    {'kind': 'freeze', 'groups': ['mlp'], 'except_groups': [], 'start_step': 0, 'end_step': 1000}
     >>> during_training_from_dict({"kind": "freeze", "groups": ["mlp"]})
     Freeze(groups=('mlp',), except_groups=(), start_step=0, end_step=None)
 """

@@ -9,7 +9,7 @@ directory, resume or not. The preset is read here and nowhere below; the fast st
 is (:meth:`~tfmatcomp.Trainer.from_plan`, :meth:`~tfmatcomp.MultiSeedTrainer.from_plan`).
 
 Example:
-    >>> plan = plan_run("tiny", {"n_steps": 20, "progress": False}, seeds="0-1", device="cpu")
+    >>> plan = plan_run("tiny", {"n_steps": 20, "progress": False, "device": "cpu"}, seeds="0-1")
     >>> plan.seeds, plan.batched, plan.train_cfg.n_steps
     ((0, 1), True, 20)
     >>> plan.for_seed(1).train_cfg.seed, plan.for_seed(1).step_reason == BATCHED_STEP
