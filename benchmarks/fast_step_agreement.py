@@ -31,7 +31,7 @@ COLUMNS = ("train_L", "train_L_mask", "eval_L", "eval_L_mask")
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="paper-4l8h")
-    p.add_argument("--device", default=str(tm.training.trainer.default_device()))
+    p.add_argument("--device", default=str(tm.training.plan.default_device()))
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=None, help="default: the preset's")

@@ -172,7 +172,7 @@ def bench(preset_name: str, device: torch.device, n_steps: int, n_warmup: int,
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    default_device = tm.training.trainer.default_device()
+    default_device = tm.training.plan.default_device()
     p.add_argument("--presets", default=None,
                    help="comma-separated presets (default: paper-4l8h on CUDA, tiny elsewhere)")
     p.add_argument("--device", default=str(default_device))

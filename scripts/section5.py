@@ -1,5 +1,5 @@
 """Song & Zhong Section 5 on small CPU decoders: addition with and without carry, token randomization,
-and the NanoGPT row of Table 1 (tfmatcomp.song_zhong.section5).
+and the NanoGPT row of Table 1 (tfmatcomp.analyses.training_format, tfmatcomp.report.geometry).
 
 Writes OUT/section5.json (every table), OUT/section5.md (the tables docs/geometry.md quotes), the
 runs (OUT/addition_*, OUT/random_*, OUT/nanogpt: checkpoints that `tfmatcomp geometry` reads) and
@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from tfmatcomp.song_zhong.paper import PAPER_TABLE1
-from tfmatcomp.song_zhong.section5 import (addition_experiment, nanogpt_experiment,
-                                         randomization_experiment)
+from tfmatcomp.analyses.training_format import addition_experiment, randomization_experiment
+from tfmatcomp.geometry.reference import PAPER_TABLE1
+from tfmatcomp.report.geometry import nanogpt_experiment
 
 EXPERIMENTS = ("addition", "randomization", "nanogpt")
 

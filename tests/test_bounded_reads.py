@@ -67,7 +67,7 @@ def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
 def test_malformed_sweep_record_is_refused_naming_the_file(tmp_path, content):
     (tmp_path / "sweep.json").write_text(content)
     with pytest.raises(ValueError, match="sweep.json"):
-        tm.analyses.sweeps.read_sweep(tmp_path)
+        tm.training.sweeps.read_sweep(tmp_path)
 
 
 def test_read_bounded_limits_size_and_refuses_devices(tmp_path):
@@ -158,7 +158,7 @@ def test_training_state_without_its_generators_is_named_not_a_key_error(tmp_path
 
 # ------------------------------------------------------- the geometry command's corpora and models
 def test_a_corpus_larger_than_the_limit_is_refused_unread(tmp_path):
-    from tfmatcomp.song_zhong.corpus import MAX_CORPUS_BYTES, read_documents
+    from tfmatcomp.task.corpus import MAX_CORPUS_BYTES, read_documents
 
     big = tmp_path / "big.txt"
     with open(big, "wb") as f:  # sparse: no disk used, and nothing may read it
@@ -171,7 +171,7 @@ def test_a_corpus_larger_than_the_limit_is_refused_unread(tmp_path):
 
 
 def test_fifos_and_devices_in_a_corpus_directory_are_skipped(tmp_path):
-    from tfmatcomp.song_zhong.corpus import read_documents
+    from tfmatcomp.task.corpus import read_documents
 
     (tmp_path / "a.txt").write_text("alpha beta")
     os.mkfifo(tmp_path / "pipe.txt")
@@ -184,7 +184,7 @@ def test_fifos_and_devices_in_a_corpus_directory_are_skipped(tmp_path):
 @pytest.mark.parametrize("how", ["fifo", "dev-zero", "sparse-weights"])
 def test_a_model_directory_with_an_unreadable_file_is_refused_before_transformers_reads(tmp_path,
                                                                                         how):
-    from tfmatcomp.song_zhong.models import MAX_WEIGHTS_BYTES, load_geometry_model
+    from tfmatcomp.geometry.models import MAX_WEIGHTS_BYTES, load_geometry_model
 
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     if how == "fifo":

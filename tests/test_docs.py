@@ -34,7 +34,7 @@ DOCS = ROOT / "docs"
 #: Top-level modules that need no API page of their own.
 NO_API_PAGE = {"cli"}
 #: Folders of the layout that only group modules (each module inside has its own page).
-LAYERS = {"task", "models", "training", "runs", "analyses", "song_zhong"}
+LAYERS = {"task", "models", "training", "runs", "analyses"}
 #: Pages whose ``python`` code blocks are executed by this test (the pages of the docs' own area;
 #: each analysis page is exercised by its area's tests).
 SNIPPET_PAGES = ["quickstart.md", "concepts/task.md", "concepts/model.md",

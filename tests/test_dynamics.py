@@ -16,7 +16,7 @@ from tfmatcomp.analyses.dynamics import (
     PAPER_COMPONENTS, component_training, detect_drop, reinitialize_component, summarize_drops,
     train_component,
 )
-from tfmatcomp.config import Freeze, Reinitialize
+from tfmatcomp.interventions.during_training import Freeze, Reinitialize
 from tfmatcomp.models.param_groups import GROUPS, group_parameter_names, group_predicate
 
 STEPS = np.arange(0, 50_000, 50.0)
@@ -231,3 +231,24 @@ def test_a_fit_without_plateau_points_reports_finite_levels():
     r = detect_drop(case["step"], case["eval_L_mask"])
     assert not r.has_drop
     assert 0.05 < r.plateau_level < 0.2 and np.isfinite(r.drop_factor)
+
+
+def test_median_filter_is_the_hand_written_running_median_it_replaced():
+    """scipy.ndimage.median_filter (mode "nearest") gives bit for bit what the removed hand-written
+    filter (edge padding, sliding windows, np.median) gave, for every odd window and for windows
+    longer than the input (returned unchanged)."""
+    from tfmatcomp.analyses.dynamics.drop import _median_filter
+
+    def old(y, window):
+        if window <= 1 or len(y) < window:
+            return y
+        half = window // 2
+        padded = np.pad(y, half, mode="edge")
+        return np.median(np.lib.stride_tricks.sliding_window_view(padded, window), axis=1)
+
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 17, 200):
+        y = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e3])
+        y[rng.random(n) < 0.1] = 0.0  # ties
+        for window in (1, 3, 5, 7, 11, 25, 201):
+            np.testing.assert_array_equal(_median_filter(y, window), old(y, window))

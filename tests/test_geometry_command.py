@@ -14,9 +14,9 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from tfmatcomp.song_zhong.command import SECTIONS, run_geometry  # noqa: E402
-from tfmatcomp.song_zhong.corpus import cut_contexts, read_documents  # noqa: E402
-from tfmatcomp.song_zhong.models import DecoderGeometry, load_geometry_model  # noqa: E402
+from tfmatcomp.report.geometry import SECTIONS, run_geometry  # noqa: E402
+from tfmatcomp.task.corpus import cut_contexts, read_documents  # noqa: E402
+from tfmatcomp.geometry.models import DecoderGeometry, load_geometry_model  # noqa: E402
 from tfmatcomp.geometry.theory import (kernel_factorization_error, low_frequency_error,  # noqa: E402
                                        positional_projection, theorem1_table)
 
@@ -175,7 +175,7 @@ def test_cli_geometry_end_to_end_and_in_a_headless_browser(tmp_path, corpus):
 def test_a_pickled_bert_checkpoint_is_refused_naming_the_directory(tmp_path):
     import pickle
 
-    from tfmatcomp.song_zhong.models import load_geometry_model
+    from tfmatcomp.geometry.models import load_geometry_model
 
     out = _save_model("bert", tmp_path / "bert")
     for f in Path(out).glob("*.safetensors"):

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import tfmatcomp as tm
-from tfmatcomp.song_zhong.corpus import Document
-from tfmatcomp.song_zhong.lm import CharTokenizer, train_lm, text_sampler, encode_documents
-from tfmatcomp.song_zhong.models import DecoderGeometry, load_geometry_model
+from tfmatcomp.task.corpus import Document
+from tfmatcomp.training.lm import CharTokenizer, train_lm, text_sampler, encode_documents
+from tfmatcomp.geometry.models import DecoderGeometry, load_geometry_model
 
 TEXTS = {"one": "the cat sat on the mat and the dog sat on the log " * 8,
          "two": "a bird flew over a tree while a fish swam under a boat " * 8,
@@ -169,7 +169,7 @@ def test_run_geometry_reads_a_train_lm_run_directory(tmp_path):
 
 
 def run_geometry_small(model_dir, text, out):
-    from tfmatcomp.song_zhong.command import run_geometry
+    from tfmatcomp.report.geometry import run_geometry
 
     return run_geometry(model_dir, text, out, n_contexts=9, n_positions=16, n_second=3,
                         batch_size=9, sections=["table1", "qk"], progress=False)

@@ -10,9 +10,9 @@ pytest.importorskip("transformers")
 
 from tfmatcomp.decomposition import accumulate  # noqa: E402
 from tfmatcomp.models.decoder import HookedDecoder  # noqa: E402
-from tfmatcomp.song_zhong.induction import (HEAD_TYPES, induction_scores, induction_study,  # noqa: E402
+from tfmatcomp.geometry.induction import (HEAD_TYPES, induction_scores, induction_study,  # noqa: E402
                                           repeated_random_tokens)
-from tfmatcomp.song_zhong.models import DecoderGeometry  # noqa: E402
+from tfmatcomp.geometry.models import DecoderGeometry  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -40,11 +40,28 @@
    folder name of a run directory or checkpoint (a string constant equal to one of the names
    :mod:`tfmatcomp.runs.layout` defines); the others import them. Exceptions, names of another
    format that happen to be equal, are in :data:`OTHER_FORMATS`.
+
+7. **Model kinds are told apart in ``models/`` only.** Outside ``tfmatcomp/models/``, no
+   ``isinstance`` / ``issubclass`` names a model or config class of a kind (:data:`KIND_CLASSES`):
+   what differs between encoder, decoder and language model is asked of the model's objective or
+   the kind registry in ``models/``.
+
+8. **No module over :data:`MAX_CODE_LINES` lines of code** (:func:`code_lines`: lines holding a
+   token other than a comment, docstrings left out).
+
+9. **No folder or module named after a paper's authors** (:data:`AUTHORS`): code is laid out by
+   idea, and the papers are cited where their ideas are used.
+
+10. **The map is true**: besides the order of its rows (rule 5), every lower-case name a row of
+    docs/design-notes.md's map puts in backticks (`` `loop` ``, `` `sections/` ``) is a module or
+    folder of that row's folder.
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -70,15 +87,22 @@ ALLOWED = {
 #: ``tfmatcomp.``; a module belongs to the layer of its longest matching prefix.
 LAYERS = [
     ("validation", "_interrupts"), ("task",), ("config",), ("models.components",), ("models",),
+    ("interventions.base", "interventions.hook_fn", "interventions.serialize", "interventions.weights",
+     "interventions.during_training"),
     ("runs",), ("datapath",), ("training",), ("decomposition",), ("distributed",),
     ("pretrained",), ("interventions",), ("experiments",), ("geometry",), ("analyses",),
-    ("plotting",), ("report",), ("song_zhong",), ("cli",), ("interop",),
+    ("plotting",), ("report",), ("cli",), ("interop",),
 ]
 #: ``(importer, imported) -> why this upward edge is right``.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
     ("tfmatcomp.cli", "tfmatcomp"): "`tfmatcomp --version` prints the package's __version__",
-    ("tfmatcomp.analyses.sweeps", "tfmatcomp.plotting.sweeps"):
+    ("tfmatcomp.training.sweeps", "tfmatcomp.plotting.sweeps"):
         "SweepResult.figure(), a convenience like pandas' .plot, imports plotting on first call",
+    ("tfmatcomp.config", "tfmatcomp.interventions.during_training"):
+        "TrainConfig reads its interventions' JSON through the one kind registry, on first use "
+        "(the presets hold none)",
+    ("tfmatcomp.training.sweeps", "tfmatcomp.analyses.dynamics"):
+        "sweep_table summarizes each run's drop with the one drop detector, imported on first call",
 }
 
 
@@ -288,7 +312,7 @@ def test_no_transformer_math_outside_components():
 
 #: ``(file, name) -> why that string is not a run directory's name``.
 OTHER_FORMATS = {
-    ("tfmatcomp/song_zhong/models.py", "config.json"):
+    ("tfmatcomp/geometry/models.py", "config.json"):
         "a transformers model directory's config, not a tfmatcomp checkpoint's",
 }
 
@@ -352,7 +376,7 @@ def test_private_rule_sees_folders():
     assert _private_owner("tfmatcomp._interrupts", "undo_all") == "tfmatcomp"
     assert _visible("tfmatcomp", PKG / "models" / "hooked_base.py")
     assert _private_owner("tfmatcomp.geometry.qk", "_x") == "tfmatcomp/geometry"
-    assert not _visible("tfmatcomp/geometry", PKG / "song_zhong" / "models.py")
+    assert not _visible("tfmatcomp/geometry", PKG / "report" / "geometry.py")
     assert _private_owner("tfmatcomp.geometry.qk", "full_pos") is None
     assert _private_owner("tfmatcomp.decomposition._gram", "RunningGram") == "tfmatcomp/decomposition"
 
@@ -375,3 +399,121 @@ def test_layers_are_the_design_notes_map():
     flat = [n for row in named for n in row if n != "models.conversion"]  # part of models
     order = [n for prefixes in LAYERS for n in prefixes if n != "_interrupts"]
     assert flat == order
+
+
+# ----------------------------------------------------------------------------- kinds, size, names
+#: The classes of a model kind (rule 7): the hooked models and their configs.
+KIND_CLASSES = frozenset({"HookedEncoder", "HookedDecoder", "EncoderConfig", "DecoderConfig"})
+
+#: Rule 8's limit.
+MAX_CODE_LINES = 450
+
+#: Surnames of the authors of the papers the package reproduces and cites (rule 9).
+AUTHORS = frozenset({"song", "zhong", "gopalani", "lubana", "hu", "chen", "hoogland", "carroll"})
+
+
+def kind_isinstance() -> list[str]:
+    """``"file:line: class"`` for every ``isinstance`` / ``issubclass`` on a kind class outside
+    ``models/`` (rule 7)."""
+    found = []
+    for path, _ in MODULES.values():
+        rel = _rel(path)
+        if rel.startswith("tfmatcomp/models/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2):
+                cls = node.args[1]
+                for c in cls.elts if isinstance(cls, ast.Tuple) else [cls]:
+                    name = c.id if isinstance(c, ast.Name) else getattr(c, "attr", None)
+                    if name in KIND_CLASSES:
+                        found.append(f"{rel}:{node.lineno}: {name}")
+    return sorted(found)
+
+
+def code_lines(text: str) -> int:
+    """Lines of code: lines holding a token other than a comment, docstrings left out."""
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                    and isinstance(first.value.value, str)):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENCODING, tokenize.ENDMARKER}
+    lines: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type not in skip:
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def long_modules() -> list[tuple[str, int]]:
+    """``(file, lines of code)`` of every module over :data:`MAX_CODE_LINES` (rule 8)."""
+    sizes = ((_rel(path), code_lines(path.read_text(encoding="utf-8"))) for path, _ in MODULES.values())
+    return sorted((rel, n) for rel, n in sizes if n > MAX_CODE_LINES)
+
+
+def named_after_authors() -> list[str]:
+    """Folders and modules of the package whose name has an author's surname as a part (rule 9)."""
+    found = []
+    for path in sorted(PKG.rglob("*")):
+        if "__pycache__" in path.parts or not (path.is_dir() or path.suffix == ".py"):
+            continue
+        parts = path.relative_to(PKG).with_suffix("").parts
+        if any(set(p.lower().split("_")) & AUTHORS for p in parts):
+            found.append(path.relative_to(ROOT).as_posix())
+    return found
+
+
+def test_model_kinds_are_told_apart_in_models_only():
+    assert kind_isinstance() == []
+
+
+def test_no_module_over_the_size_limit():
+    assert long_modules() == []
+
+
+def test_no_folder_named_after_authors():
+    assert named_after_authors() == []
+
+
+def test_size_and_kind_checkers_can_fail():
+    assert code_lines('"""doc\nstring"""\n# comment\n\nx = (1,\n     2)\ndef f():\n    """d"""\n    return x\n') == 4
+    src = "import tfmatcomp as tm\nisinstance(m, tm.HookedEncoder)\nisinstance(c, (int, DecoderConfig))\n"
+    calls = [n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Call)]
+    names = {getattr(c, "id", getattr(c, "attr", None)) for n in calls
+             for c in (n.args[1].elts if isinstance(n.args[1], ast.Tuple) else [n.args[1]])}
+    assert names & KIND_CLASSES == {"HookedEncoder", "DecoderConfig"}
+    assert not set("training_format".split("_")) & AUTHORS and set("song_zhong".split("_")) & AUTHORS
+
+
+def _map_rows() -> list[tuple[list[str], str]]:
+    text = (ROOT / "docs" / "design-notes.md").read_text(encoding="utf-8")
+    table = text.split("## The map", 1)[1].split("**How data flows.**", 1)[0]
+    rows = []
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            _, folders, description, _ = line.split("|")
+            rows.append(([f.strip().strip("`") for f in folders.split(",")], description))
+    return rows
+
+
+def map_names_missing() -> list[str]:
+    """``"folder: name"`` for every backticked lower-case name of a map row that is no module or
+    folder of that row's folders (rule 10)."""
+    import re
+
+    missing = []
+    for folders, description in _map_rows():
+        dirs = [PKG / f.rstrip("/") for f in folders if f.endswith("/")]
+        for name in re.findall(r"`([a-z_]+/?)`", description):
+            n = name.rstrip("/")
+            if dirs and not any((d / f"{n}.py").exists() or (d / n).is_dir() for d in dirs):
+                missing.append(f"{', '.join(folders)}: {name}")
+    return missing
+
+
+def test_the_map_names_only_modules_that_are_there():
+    assert map_names_missing() == []

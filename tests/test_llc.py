@@ -221,9 +221,10 @@ def test_estimate_under_no_grad_is_the_same(models, pool):
 def test_report_llc_section_is_opt_in_and_measures_the_checkpoints(tmp_path, monkeypatch):
     needs_devinterp()
     from tfmatcomp.report import build_report, sections
+    from tfmatcomp.report.sections import dynamics
 
-    monkeypatch.setattr(sections, "LLC_SETTINGS", SMALL)
-    monkeypatch.setattr(sections, "LLC_CHECKPOINTS", 3)
+    monkeypatch.setattr(dynamics, "LLC_SETTINGS", SMALL)
+    monkeypatch.setattr(dynamics, "LLC_CHECKPOINTS", 3)
     assert "llc" in sections.SECTIONS and "llc" not in sections.DEFAULT_SECTIONS
     report = build_report("tiny", tmp_path / "r.html", n_samples=32, sections=["llc"],
                           progress=False)

@@ -7,7 +7,7 @@ import tfmatcomp as tm
 from tfmatcomp.runs.checkpoint import ConfigMismatchError
 from tfmatcomp.runs.layout import METRICS_FILE, has_training_state, list_checkpoints
 from tfmatcomp.runs.rundir import RunDirError, RunDirLock, RunDirLockedError
-from tfmatcomp.song_zhong.lm import text_sampler, train_lm
+from tfmatcomp.training.lm import text_sampler, train_lm
 
 CFG = tm.DecoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32, n_ctx=8, d_vocab=5)
 SAMPLER = text_sampler(torch.arange(40) % 5, 8)

@@ -194,3 +194,28 @@ def test_report_says_which_middle_seed_of_an_even_count(tmp_path):
     training = report.sections[0].text
     assert f"seed {group.typical_seed()}" in training
     assert (len(group.dropped) % 2 == 0) == ("the earlier of the two middle ones" in training)
+
+
+def test_the_pages_templates_escape_what_they_are_given_and_ship_in_the_wheel():
+    """report/templates/ renders with autoescaping (a title, a section's text and error, and a run
+    directory's name are text, never markup), and pyproject's package-data ships every template."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    from tfmatcomp.report.render import page
+    from tfmatcomp.report.sections import Section
+
+    s = Section("k", "<i>t</i>", text="a < b & 'c'", error="<script>x</script>")
+    html = page("<b>title</b>", "<p class='meta'>trusted header</p>", [s])
+    assert "<b>title</b>" not in html and "&lt;b&gt;title&lt;/b&gt;" in html
+    assert "a &lt; b &amp; &#39;c&#39;" in html and "<script>x</script>" not in html
+    assert "<p class='meta'>trusted header</p>" in html and "<i>t</i>" not in html
+
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tfmatcomp"]
+    templates = sorted((root / "tfmatcomp" / "report" / "templates").iterdir())
+    assert templates
+    for t in templates:
+        rel = t.relative_to(root / "tfmatcomp").as_posix()
+        assert any(fnmatch.fnmatch(rel, g) for g in globs), f"{rel} is not package data"

@@ -25,6 +25,7 @@ from tfmatcomp.experiments.patching import patched_by_construction
 from tfmatcomp.interventions import ActivationPatch, from_dict
 from tfmatcomp.plotting.experiments import patching_figure, patching_head_heatmap
 from tfmatcomp.report import sections as S
+from tfmatcomp.report.sections.experiments import PERMUTATIONS
 from tfmatcomp.report.run import RunContext
 from tfmatcomp.task.data import DISTRIBUTIONS, max_abs_entry
 from tfmatcomp.task.metrics import mse
@@ -246,10 +247,10 @@ def test_patching_section_shows_layers_heads_and_what_is_by_construction(paper_s
 def test_permutation_section_uses_several_permutations(paper_shaped):
     s = _run(paper_shaped, "permutation")
     summary = next(i for i in s.items if isinstance(i, pd.DataFrame))
-    assert (summary["n_permutations"] == S.PERMUTATIONS).all() and S.PERMUTATIONS >= 5
+    assert (summary["n_permutations"] == PERMUTATIONS).all() and PERMUTATIONS >= 5
     assert summary["model"].tolist() == ["pre-shift", "post-shift"]
     assert {"L_mask_mean", "L_mask_std", "L_mask_min", "L_mask_max"} <= set(summary.columns)
-    assert f"{S.PERMUTATIONS} permutations" in s.text and "std" in s.text
+    assert f"{PERMUTATIONS} permutations" in s.text and "std" in s.text
 
 
 def test_head_groups_section_has_own_label_groups_and_the_papers(paper_shaped):

@@ -12,11 +12,13 @@ import torch
 import tfmatcomp as tm
 from tfmatcomp.decomposition import decompose
 from tfmatcomp.models.decoder import next_token_loss
-from tfmatcomp.song_zhong.lm import text_sampler, train_lm
-from tfmatcomp.song_zhong.section5 import (ADDITION_TOKENIZER, AdditionTask, addition_accuracy,
-                                         addition_experiment, answer_accuracy, nanogpt_experiment,
-                                         positional_profile, positional_table, randomization_experiment,
-                                         randomize_tokens, randomized_sampler)
+from tfmatcomp.training.lm import text_sampler, train_lm
+from tfmatcomp.analyses.training_format import (ADDITION_TOKENIZER, AdditionTask, addition_accuracy,
+                                                addition_experiment, answer_accuracy,
+                                                randomization_experiment, randomize_tokens,
+                                                randomized_sampler)
+from tfmatcomp.geometry.positional import positional_profile, positional_table
+from tfmatcomp.report.geometry import nanogpt_experiment
 
 
 def _parse(tokens, weights):

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import tfmatcomp as tm
-from tfmatcomp.analyses import sweeps
+from tfmatcomp.training import sweeps
 from tfmatcomp.cli import main
 from tfmatcomp.runs.layout import CHECKPOINTS_DIR, METRICS_FILE, checkpoint_dir_name
 
@@ -53,7 +53,7 @@ def test_rerun_resumes_without_retraining(swept, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(sweeps, "train_many", refuse)
+    monkeypatch.setattr(sweeps, "run_group", refuse)
     again = tm.sweep(GRID, seeds=[0, 1], out_dir=swept.out_dir, **FAST)
     assert {p: p.stat().st_mtime_ns for p in logs} == before
     pd.testing.assert_frame_equal(again.table, swept.table)

@@ -130,7 +130,7 @@ def test_nan_loss_stops_training_with_a_clear_error():
 
 
 def test_training_one_component_alone():
-    from tfmatcomp.config import Freeze
+    from tfmatcomp.interventions.during_training import Freeze
     from tfmatcomp.models.param_groups import group_predicate
 
     base = tm.HookedEncoder(small_cfg(), seed=0)
@@ -155,7 +155,7 @@ def test_cli_train_and_resume(tmp_path, capsys):
 
 # ------------------------------------------------- the training keywords, stated once (RunSetup)
 def test_every_entry_point_takes_the_training_keywords_of_run_setup():
-    from tfmatcomp.training.trainer import RunSetup
+    from tfmatcomp.training.plan import RunSetup
 
     setup = RunSetup.from_keywords("tiny", {"out_dir": "runs/x", "overwrite": True, "lr": 1e-3,
                                             "n_steps": 7})

@@ -10,8 +10,9 @@ import torch
 
 import tfmatcomp as tm
 from tfmatcomp.cli import main as cli_main
-from tfmatcomp.config import (AttentionLogitScale, Freeze, Reinitialize, RowColumnAttentionScale,
-                              TrainConfig, during_training_from_dict)
+from tfmatcomp.config import TrainConfig
+from tfmatcomp.interventions.during_training import (AttentionLogitScale, Freeze, Reinitialize, RowColumnAttentionScale,
+                                                      during_training_from_dict)
 from tfmatcomp.models.param_groups import group_parameter_names
 from tfmatcomp.runs.checkpoint import ConfigMismatchError, load_checkpoint_info
 from tfmatcomp.training.interventions import TrainingPlan, fresh_seed, row_column_logit_bias
@@ -42,7 +43,7 @@ def test_json_round_trip_and_config_record():
     ({"kind": "attention_logit_scale", "scale": float("nan")}, "scale"),
     ({"kind": "attention_logit_scale", "scale": 2, "start_step": 5, "end_step": 5}, "end_step"),
     ({"kind": "reinitialize", "groups": ["mlp"], "step": -1}, "step"),
-    ({"kind": "freeze", "groups": ["mlp"], "colour": 1}, "unknown keys"),
+    ({"kind": "freeze", "groups": ["mlp"], "colour": 1}, "unknown field"),  # the kind registry
     ("freeze", "interventions"),
 ])
 def test_bad_interventions_name_the_argument(bad, match):
@@ -65,7 +66,7 @@ def test_row_column_scaling_refuses_the_decoder():
 
 
 def test_which_step_takes_them():
-    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.interventions.during_training import RowColumnAttentionPenalty
     from tfmatcomp.training import fast_step
 
     model = tm.HookedEncoder(tm.get_preset("tiny").model)
@@ -204,7 +205,7 @@ def test_cli_takes_json(tmp_path, capsys):
 
 # ------------------------------------------------------------------ the attention penalty
 def test_penalty_adds_the_row_column_mass_to_the_first_loss():
-    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.interventions.during_training import RowColumnAttentionPenalty
     from tfmatcomp.task.masks import row_column_mass
 
     iv = RowColumnAttentionPenalty(5.0, layers=[1])
@@ -228,7 +229,7 @@ def test_penalty_adds_the_row_column_mass_to_the_first_loss():
 
 def test_penalty_suppresses_the_row_column_mass():
     from tfmatcomp.analyses.dynamics import row_column_attention_mass
-    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.interventions.during_training import RowColumnAttentionPenalty
     from tfmatcomp.datapath import sample_batch
 
     kw = dict(SMALL, n_steps=30, log_every=30)
@@ -240,7 +241,7 @@ def test_penalty_suppresses_the_row_column_mass():
 
 
 def test_penalty_refused_where_it_cannot_be_collected():
-    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.interventions.during_training import RowColumnAttentionPenalty
 
     with pytest.raises(ValueError, match="one at a time"):
         tm.MultiSeedTrainer("tiny", seeds=[0, 1], interventions=[RowColumnAttentionPenalty(1.0)],
@@ -250,7 +251,7 @@ def test_penalty_refused_where_it_cannot_be_collected():
 
 
 def test_train_many_trains_penalized_seeds_one_at_a_time(tmp_path):
-    from tfmatcomp.config import RowColumnAttentionPenalty
+    from tfmatcomp.interventions.during_training import RowColumnAttentionPenalty
     from tfmatcomp.runs.layout import GROUP_FILE
 
     ivs = [RowColumnAttentionPenalty(1.0)]
@@ -259,3 +260,41 @@ def test_train_many_trains_penalized_seeds_one_at_a_time(tmp_path):
     single = tm.train("tiny", seed=1, interventions=ivs, **SMALL)
     assert group[1].metrics["eval_L"].tolist() == single.metrics["eval_L"].tolist()
     assert group.step == 6 and (tmp_path / "g" / "seed-1" / "run.json").exists()
+
+
+# ------------------------------------------------------- one intervention system
+def test_interventions_during_training_are_interventions_of_the_one_registry():
+    """A training-time intervention is an Intervention subclass in the one kind registry: the
+    generic from_dict rebuilds it, and a new kind is one class (no other file changes)."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from tfmatcomp.interventions import KINDS, Intervention, from_dict
+    from tfmatcomp.interventions.during_training import DuringTraining
+
+    iv = Freeze("mlp", start_step=2)
+    assert isinstance(iv, Intervention) and KINDS["freeze"] is Freeze
+    assert from_dict(json.loads(json.dumps(iv.to_dict()))) == iv
+    assert Intervention.from_dict(AttentionLogitScale(2.0).to_dict()) == AttentionLogitScale(2.0)
+
+    @dataclass(frozen=True, eq=False)
+    class ZeroLogits(DuringTraining):  # a new kind: attention made uniform in its window
+        kind: ClassVar[str] = "test_zero_logits"
+        start_step: int = 0
+        end_step: int | None = None
+
+        def step_hooks(self, plan, step):
+            return [(f"blocks.{l}.attn.hook_attn_scores", lambda scores, hook: scores * 0)
+                    for l in self.layer_range(plan.n_layers)]
+
+    try:
+        cfg = TrainConfig(interventions=[{"kind": "test_zero_logits", "end_step": 3}])
+        assert cfg.interventions == (ZeroLogits(end_step=3),)
+        plan = TrainingPlan(cfg.interventions, tm.HookedEncoder(tm.get_preset("tiny").model))
+        assert [n for n, _ in plan.fwd_hooks(2)] == [f"blocks.{l}.attn.hook_attn_scores"
+                                                      for l in range(plan.n_layers)]
+        assert plan.fwd_hooks(3) == []
+        r = tm.train("tiny", interventions=[ZeroLogits(end_step=3)], **SMALL)
+        assert r.step == 6
+    finally:
+        KINDS.pop("test_zero_logits", None)

@@ -23,7 +23,7 @@ from tfmatcomp.training.trainer import Trainer, TrainResult, read_metrics, train
 from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
 from tfmatcomp.pretrained import load_pretrained
 from tfmatcomp.datapath import loss_values
-from tfmatcomp.analyses.sweeps import SweepResult, sweep
+from tfmatcomp.training.sweeps import SweepResult, sweep
 
 __version__ = "0.1.0"
 
@@ -41,7 +41,7 @@ __all__ = [
 # light: plotly, scipy and cvxpy are imported only by the analyses that need them.
 _SUBMODULES = {
     "task", "models", "training", "runs", "analyses", "interventions", "experiments",
-    "decomposition", "geometry", "song_zhong", "distributed", "plotting", "report", "interop",
+    "decomposition", "geometry", "distributed", "plotting", "report", "interop",
     "pretrained",
 }
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tfmatcomp.validation import (
     check_bool,
@@ -40,10 +40,10 @@ from tfmatcomp.validation import (
     is_int,
 )
 
-__all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
-           "DuringTraining", "AttentionLogitScale", "RowColumnAttentionScale", "RowColumnAttentionPenalty",
-           "Freeze", "Reinitialize",
-           "DURING_TRAINING", "during_training_from_dict"]
+if TYPE_CHECKING:
+    from tfmatcomp.interventions.during_training import DuringTraining
+
+__all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
 
 
 @dataclass(frozen=True)
@@ -246,208 +246,6 @@ class TaskConfig:
         return _from_dict(cls, data, "task config")
 
 
-# ----------------------------------------------------------------- interventions during training
-def _check_window(spec: "DuringTraining") -> None:
-    check_int_in_range("start_step", spec.start_step, 0, 10**12)
-    if spec.end_step is not None:
-        check_int_in_range("end_step", spec.end_step, spec.start_step + 1, 10**12)
-
-
-def _check_groups(groups: Any) -> tuple[str, ...]:
-    if isinstance(groups, str):
-        groups = (groups,)
-    if (not isinstance(groups, (list, tuple)) or not groups
-            or not all(isinstance(g, str) and g for g in groups)):
-        raise ValueError(f"groups: must be a non-empty list of parameter group names "
-                         f"(tfmatcomp.models.param_groups.GROUPS), got {groups!r}")
-    return tuple(groups)
-
-
-def _check_layers_and_window(spec: "DuringTraining") -> None:
-    """Check an attention intervention's ``layers`` (stored as a tuple) and its window."""
-    if spec.layers is not None:
-        object.__setattr__(spec, "layers", tuple(check_int_list("layers", spec.layers, lo=0)))
-    _check_window(spec)
-
-
-@dataclass(frozen=True)
-class DuringTraining:
-    """An intervention during training: plain data in :attr:`TrainConfig.interventions`, applied by
-    :mod:`tfmatcomp.training.interventions` to the updates ``start_step <= s < end_step`` (the
-    update that takes the run from step ``s`` to ``s + 1``; ``end_step`` None: to the end).
-
-    Subclasses name themselves with ``kind``; :func:`during_training_from_dict` rebuilds any of
-    them from :meth:`to_dict`."""
-
-    kind: ClassVar[str] = ""
-
-    def active(self, step: int) -> bool:
-        """True when the update from ``step`` is intervened on."""
-        start = getattr(self, "start_step", 0)
-        end = getattr(self, "end_step", None)
-        return start <= step and (end is None or step < end)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {"kind": self.kind, **dataclasses.asdict(self)}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
-
-
-@dataclass(frozen=True)
-class AttentionLogitScale(DuringTraining):
-    """Multiply every attention logit (``blocks.{l}.attn.hook_attn_scores``) of ``layers`` (None:
-    all) by ``scale`` during the training updates of its window, and in the evaluations logged
-    then: a temperature on attention.
-
-    Example:
-        >>> AttentionLogitScale(2.5, start_step=100).to_dict()
-        {'kind': 'attention_logit_scale', 'scale': 2.5, 'layers': None, 'start_step': 100, 'end_step': None}
-    """
-
-    kind: ClassVar[str] = "attention_logit_scale"
-    scale: float
-    layers: tuple[int, ...] | None = None
-    start_step: int = 0
-    end_step: int | None = None
-
-    def __post_init__(self) -> None:
-        check_positive_float("scale", self.scale)
-        _check_layers_and_window(self)
-
-
-@dataclass(frozen=True)
-class RowColumnAttentionScale(DuringTraining):
-    """Multiply the attention every query pays to the *other entries of its own row and column*
-    by ``factor`` (softmax weights, renormalized: ``log(factor)`` is added to those logits of
-    ``hook_attn_scores``) in ``layers`` (None: all), during its window. Gopalani and Hu (NeurIPS
-    2025) scale their linear attention at the positions the solved task reads; in matrix
-    completion those are the row and the column (what the post-shift row and column heads read).
-    ``factor < 1`` pushes attention away from them.
-
-    Example:
-        >>> RowColumnAttentionScale(10.0, start_step=500).active(499)
-        False
-    """
-
-    kind: ClassVar[str] = "row_column_attention_scale"
-    factor: float
-    layers: tuple[int, ...] | None = None
-    start_step: int = 0
-    end_step: int | None = None
-
-    def __post_init__(self) -> None:
-        check_positive_float("factor", self.factor)
-        _check_layers_and_window(self)
-
-
-@dataclass(frozen=True)
-class RowColumnAttentionPenalty(DuringTraining):
-    """Add ``weight`` times the row/column attention mass to the training loss during its window:
-    the mass masked entries' queries put on the observed entries of their own row and column
-    (:func:`tfmatcomp.task.masks.row_column_mass`, the progress measure's definition), averaged
-    over the heads and the ``layers`` (None: all). Chen et al. (ICLR 2024) suppress the attention
-    structure that appears with the drop by such a regularizer to show that it is needed;
-    ``weight > 0`` suppresses the row and column heads, ``weight < 0`` rewards them. The logged
-    losses stay the plain losses. ``train_many`` trains such seeds one at a time (the batched
-    program cannot collect the penalty inside ``vmap``); data-parallel training refuses it.
-
-    Example:
-        >>> RowColumnAttentionPenalty(1.0).to_dict()["kind"]
-        'row_column_attention_penalty'
-    """
-
-    kind: ClassVar[str] = "row_column_attention_penalty"
-    weight: float
-    layers: tuple[int, ...] | None = None
-    start_step: int = 0
-    end_step: int | None = None
-
-    def __post_init__(self) -> None:
-        w = self.weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or w != w or w in (
-                float("inf"), float("-inf")) or w == 0:
-            raise ValueError(f"weight: must be a finite non-zero number (> 0 suppresses, < 0 "
-                             f"rewards the row/column attention), got {w!r}")
-        _check_layers_and_window(self)
-
-
-@dataclass(frozen=True)
-class Freeze(DuringTraining):
-    """Leave the parameters of ``groups`` (names of :data:`tfmatcomp.models.param_groups.GROUPS`:
-    ``"attention"``, ``"mlp"``, ``"token_embed"``, ``"pos_embed"``, ``"all"``, ...) but those of
-    ``except_groups`` unchanged by the updates of its window (their gradients are dropped, so Adam
-    skips them, its moments kept). ``Freeze("all", except_groups=["mlp"])`` trains the MLPs alone.
-
-    Example:
-        >>> Freeze("mlp", end_step=1000).groups
-        ('mlp',)
-    """
-
-    kind: ClassVar[str] = "freeze"
-    groups: tuple[str, ...]
-    except_groups: tuple[str, ...] = ()
-    start_step: int = 0
-    end_step: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "groups", _check_groups(self.groups))
-        object.__setattr__(self, "except_groups",
-                           _check_groups(self.except_groups) if self.except_groups else ())
-        _check_window(self)
-
-
-@dataclass(frozen=True)
-class Reinitialize(DuringTraining):
-    """Before the update from ``step``, draw the parameters of ``groups`` afresh from the model's
-    own initialization and clear their Adam state. The fresh model is seeded by ``seed``, or, when
-    None, by the run's seed and ``step`` (each seed of a group then draws its own).
-
-    Example:
-        >>> Reinitialize(["attention"], step=2000).active(2000)
-        True
-    """
-
-    kind: ClassVar[str] = "reinitialize"
-    groups: tuple[str, ...]
-    step: int = 0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "groups", _check_groups(self.groups))
-        check_int_in_range("step", self.step, 0, 10**12)
-        check_seed("seed", self.seed, allow_none=True)
-
-    def active(self, step: int) -> bool:
-        return step == self.step
-
-
-#: Every kind of :class:`DuringTraining`, by ``kind``.
-DURING_TRAINING: dict[str, type[DuringTraining]] = {
-    c.kind: c for c in (AttentionLogitScale, RowColumnAttentionScale, RowColumnAttentionPenalty,
-                        Freeze, Reinitialize)}
-
-
-def during_training_from_dict(data: Any) -> DuringTraining:
-    """The :class:`DuringTraining` that ``data`` (its :meth:`~DuringTraining.to_dict`, or the
-    object itself) describes.
-
-    Example:
-        >>> during_training_from_dict({"kind": "freeze", "groups": ["mlp"]})
-        Freeze(groups=('mlp',), except_groups=(), start_step=0, end_step=None)
-    """
-    if isinstance(data, DuringTraining):
-        return data
-    if not isinstance(data, dict) or data.get("kind") not in DURING_TRAINING:
-        kind = data.get("kind") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(f"interventions: each must be an intervention during training or its "
-                         f"dict with 'kind' one of {sorted(DURING_TRAINING)}, got {kind!r}")
-    cls, fields = DURING_TRAINING[data["kind"]], {k: v for k, v in data.items() if k != "kind"}
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in fields
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise ValueError(f"interventions ({data['kind']}): missing fields {missing}")
-    return _from_dict(cls, fields, f"interventions ({data['kind']})")
-
-
 #: Weight dtypes a training run may write its checkpoints in (``TrainConfig.checkpoint_dtype``).
 CHECKPOINT_DTYPES = ("float32", "bfloat16", "float16")
 _MAX_SHARD_MB = 1 << 20
@@ -476,7 +274,8 @@ class TrainConfig:
             of the latest checkpoint keeps float32 weights, so resuming stays exact.
         max_shard_mb: split each checkpoint's weights into shards of at most this many MiB
             (see :func:`tfmatcomp.save_checkpoint`); None: one file.
-        interventions: interventions during training (:class:`DuringTraining`: attention-logit
+        interventions: interventions during training
+            (:class:`~tfmatcomp.interventions.during_training.DuringTraining`: attention-logit
             scaling, row/column attention scaling, a row/column attention penalty, freezing,
             re-initializing), applied in order;
             given as objects or their dicts (JSON), recorded in ``run.json`` and every checkpoint,
@@ -495,15 +294,20 @@ class TrainConfig:
     fast: bool | None = None
     checkpoint_dtype: str = "float32"
     max_shard_mb: float | None = None
-    interventions: tuple[DuringTraining, ...] = ()
+    interventions: tuple["DuringTraining", ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.interventions, (str, bytes, dict)) or not hasattr(
                 self.interventions, "__iter__"):
             raise ValueError(f"interventions: must be a list of interventions during training, "
                              f"got {self.interventions!r}")
-        object.__setattr__(self, "interventions", tuple(
-            during_training_from_dict(d) for d in self.interventions))
+        if self.interventions:  # (the presets have none: config imports no intervention module)
+            from tfmatcomp.interventions.during_training import during_training_from_dict
+
+            object.__setattr__(self, "interventions", tuple(
+                during_training_from_dict(d) for d in self.interventions))
+        else:
+            object.__setattr__(self, "interventions", ())
         if not (self.fast is None or isinstance(self.fast, bool)):
             raise ValueError(f"fast: must be None (auto: where it pays), True or False, got "
                              f"{self.fast!r}")

@@ -63,6 +63,7 @@ from tfmatcomp.task.metrics import losses
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.task.gpt import predicted_values
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.validation import check_positive_int
 
@@ -95,7 +96,7 @@ def load_model_info(model: ModelLike, device: torch.device | str | None = None
         >>> cfg, label
         (None, 'model')
     """
-    if isinstance(model, (HookedEncoder, HookedDecoder)):
+    if model_kind(model) is not None:
         return (model if device is None else model.to(device)), model.task_cfg, "model"
     if isinstance(model, (str, os.PathLike)):
         from tfmatcomp.runs.checkpoint import load_checkpoint_info
@@ -356,7 +357,7 @@ def iter_chunks(
     names = list(names) if names is not None else None
     n = inputs.batch_size if isinstance(inputs, MatrixBatch) else inputs.shape[0]
     device = model.device
-    decoder = isinstance(model, HookedDecoder)
+    decoder = model_kind(model) == "decoder"
     if bf16 is None:
         bf16 = names is None and inference_bf16(model)
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else nullcontext
@@ -464,7 +465,7 @@ def inference_bf16(model: HookedEncoder | HookedDecoder) -> bool:
         >>> inference_bf16(tm.HookedEncoder(tm.get_preset("tiny").model))
         False
     """
-    return (isinstance(model, HookedEncoder) and model.device.type == "cpu"
+    return (model_kind(model) == "encoder" and model.device.type == "cpu"
             and model.cfg.d_model >= CPU_MIN_D_MODEL and cpu_bf16_units() is not None)
 
 

@@ -6,5 +6,4 @@
 * :mod:`~tfmatcomp.analyses.dynamics`: the drop in the loss curve, component-wise training;
 * :mod:`~tfmatcomp.analyses.baselines`: nuclear-norm minimization and its comparison;
 * :mod:`~tfmatcomp.analyses.ood`: out-of-distribution inputs;
-* :mod:`~tfmatcomp.analyses.sweeps`: grids of configurations trained and summarized.
 """

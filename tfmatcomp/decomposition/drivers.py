@@ -90,9 +90,9 @@ def _run(model: nn.Module, tokens: Tensor, mask: Tensor | None, fwd_hooks, forwa
     kwargs = dict(forward_kwargs or {})
     if mask is not None:
         kwargs["attention_mask"] = mask
-    from tfmatcomp.models.encoder import HookedEncoder
+    from tfmatcomp.models.objectives import model_kind
 
-    if isinstance(model, HookedEncoder):
+    if model_kind(model) == "encoder":
         kwargs.setdefault("return_type", None)
     if fwd_hooks is None:
         model(tokens, **kwargs)

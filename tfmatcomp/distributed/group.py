@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from tfmatcomp.training.trainer import default_device
+from tfmatcomp.training.plan import default_device
 from tfmatcomp.validation import check_positive_int
 
 __all__ = ["init", "shutdown", "under_torchrun", "rank", "world_size", "rank_device",

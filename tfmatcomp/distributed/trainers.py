@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,10 +35,11 @@ from tfmatcomp.task.metrics import mse
 from tfmatcomp.training import multiseed
 from tfmatcomp.training import trainer as training
 from tfmatcomp.training.loop import check_n_steps, check_resume_overwrite, resume_and_run
-from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, parse_seeds
+from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer
 from tfmatcomp.models.objectives import OBJECTIVES
+from tfmatcomp.training.plan import plan_run
 from tfmatcomp.training.steps import ExplicitStep
-from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult
+from tfmatcomp.training.trainer import Trainer, TrainResult
 
 __all__ = ["DistributedTrainer", "DataParallelStep", "train", "train_many"]
 
@@ -69,17 +71,17 @@ class DistributedTrainer(Trainer):
         if self.objective is not OBJECTIVES["encoder"]:
             raise ValueError("DistributedTrainer: data-parallel training runs the encoder task "
                              "only; train a decoder preset (e.g. gpt-tiny) in one process")
-        if self.plan and self.plan.has_penalty:
-            raise ValueError("interventions: a row_column_attention_penalty is collected on the "
-                             "whole batch; data-parallel ranks see only their rows. Train it in "
-                             "one process")
+        refused = self.plan.refused_by("data_parallel") if self.plan else None
+        if refused is not None:
+            raise ValueError(f"interventions: a {refused.kind} is collected on the whole batch; "
+                             "data-parallel ranks see only their rows. Train it in one process")
         n = self.train_cfg.batch_size
         if n < self.world_size:
             raise ValueError(f"batch_size: {n} matrices cannot be shared by {self.world_size} "
                              "ranks; give at least one per rank")
         self.rows = shard_range(n, self.rank, self.world_size)
         if self.rank != 0:
-            self._lock = None  # rank 0 alone touches the run directory
+            self.directory.shared()  # rank 0 alone touches the run directory
         self._ddp: DistributedDataParallel | None = None
 
     def _data_parallel(self) -> DistributedDataParallel:
@@ -214,18 +216,19 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         >>> runs.seeds
         [0, 1]
     """
-    setup = RunSetup.from_keywords(preset, keywords)
-    if not init(setup.device):
+    device = keywords.get("device")
+    if not init(device):
         return multiseed.train_many(preset, seeds=seeds, resume=resume, **keywords)
-    check_resume_overwrite(resume, setup.overwrite)
-    every = parse_seeds(seeds)
+    plan = plan_run(preset, {**keywords, "device": rank_device(device)}, resume=resume, seeds=seeds,
+                    batched=True)  # the entry point's one plan; each rank trains its block of it
+    every = list(plan.seeds)
     mine = every[shard_range(len(every), rank(), world_size())]
-    out = Path(setup.out_dir) if setup.out_dir is not None else None
+    out = plan.out_dir
     lock = rundir.RunDirLock(out) if out is not None and rank() == 0 else None
 
     def claim_group() -> None:
         lock.acquire()
-        rundir.check_group(out, every, resume, setup.overwrite)
+        rundir.check_group(out, every, resume, plan.overwrite)
         if resume:
             rundir.check_group_resumable(out, every)
         multiseed.write_group_file(out, every)
@@ -233,9 +236,8 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
     def work() -> MultiSeedResult:
         if not mine:
             return MultiSeedResult(seeds=[], results={}, out_dir=out, step=0)
-        trainer = _SeedShard(preset, seeds=mine, **{
-            **keywords, "device": rank_device(setup.device),
-            "progress": setup.progress and rank() == 0})
+        trainer = _SeedShard.from_plan(replace(plan, seeds=tuple(mine),
+                                               progress=plan.progress and rank() == 0))
         return resume_and_run(trainer, resume)
 
     try:

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from tfmatcomp.datapath import (ModelLike, TaskLike, iter_chunks, resolve_models, sample_batch)
-from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.models.hook_names import pattern_hook_names
 
 __all__ = ["attention_targets", "attention_change"]
@@ -85,7 +85,7 @@ def attention_targets(model, task: TaskLike = None, *, n_samples: int = 256, see
         s = pat.sum(0).cpu()
         total = s if total is None else total + s
     mean = total / n_samples
-    decoder = isinstance(model, HookedDecoder)
+    decoder = model_kind(model) == "decoder"
     queries, sets = _key_sets(batch.n_rows, batch.n_cols, decoder, mean.shape[-1])
     at_q = mean[:, :, queries]  # [layer, head, P, seq]
     rows = []

@@ -41,6 +41,7 @@ from tfmatcomp.experiments.table import experiment_table
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
 from tfmatcomp.interventions.sites import check_hook_list, head_axis
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.task.metrics import mse
 
 __all__ = ["activation_patching", "patched_by_construction"]
@@ -73,7 +74,7 @@ def patched_by_construction(model, hook: str, layers: list[int] | None, heads: l
     """
     if entries not in ("masked", "observed"):
         raise ValueError(f"entries: must be 'masked' or 'observed', got {entries!r}")
-    if not isinstance(model, HookedEncoder):
+    if model_kind(model) != "encoder":
         return False
     name = hook.rsplit(".", 1)[-1]
     if name in _RESIDUAL:

@@ -63,6 +63,7 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.validation import check_int_list, check_positive_int
 
 __all__ = ["PyveneEncoder", "MODULE_MAPPING", "DIMENSION_MAPPING", "register", "intervenable",
@@ -129,7 +130,7 @@ class PyveneEncoder(nn.Module):
 
     def __init__(self, model: HookedEncoder):
         super().__init__()
-        if not isinstance(model, HookedEncoder):
+        if model_kind(model) != "encoder":
             raise TypeError(f"model: expected a HookedEncoder, got {type(model).__name__}")
         self.model = model
         self.config = model.cfg

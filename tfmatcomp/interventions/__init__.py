@@ -34,6 +34,9 @@ from tfmatcomp.interventions.ablation import (ActivationAblation, MeanAttentionA
                                               UniformAttentionAblation)
 from tfmatcomp.interventions.base import (STAGES, Composition, HookFn, Intervention, compose,
                                           order_hooks)
+from tfmatcomp.interventions.during_training import (AttentionLogitScale, DuringTraining, Freeze,
+                                                     Reinitialize, RowColumnAttentionPenalty,
+                                                     RowColumnAttentionScale)
 from tfmatcomp.interventions.patching import ActivationPatch, SampledBatch, negation_patch
 from tfmatcomp.interventions.permutation import PositionalPermutation
 from tfmatcomp.interventions.serialize import KINDS, from_dict, to_json
@@ -49,4 +52,6 @@ __all__ = [
     "PositionalPermutation", "ActivationPatch", "negation_patch", "MaskSubstitution",
     "parameter_override_hooks", "paper_heads", "paper_label", "resolve_heads",
     "resolve_hook_names", "SampledBatch", "KINDS", "from_dict", "to_json",
+    "DuringTraining", "AttentionLogitScale", "RowColumnAttentionScale", "RowColumnAttentionPenalty",
+    "Freeze", "Reinitialize",
 ]

@@ -51,7 +51,7 @@ Example:
     >>> from_dict({"kind": "uniform_ablation"})
     Traceback (most recent call last):
     ...
-    ValueError: intervention: unknown kind 'uniform_ablation'; known kinds: activation_ablation, activation_patch, composition, mask_substitution, mean_attention_ablation, positional_permutation, uniform_attention_ablation, weight_transplant
+    ValueError: intervention: unknown kind 'uniform_ablation'; known kinds: activation_ablation, activation_patch, attention_logit_scale, composition, freeze, mask_substitution, mean_attention_ablation, positional_permutation, reinitialize, row_column_attention_penalty, row_column_attention_scale, uniform_attention_ablation, weight_transplant
 """
 
 from __future__ import annotations

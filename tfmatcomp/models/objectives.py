@@ -41,7 +41,8 @@ from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.metrics import losses, mse
 
 __all__ = ["Objective", "EncoderObjective", "DecoderObjective", "OBJECTIVES", "DEFAULT_KIND",
-           "objective_for", "objective_named"]
+           "objective_for", "objective_named", "objective_of_class", "as_model", "model_kind",
+           "config_kind"]
 
 
 class Objective:
@@ -53,6 +54,14 @@ class Objective:
     config_class: type
     #: the model class this kind's config builds
     model_class: type
+    #: the fast training step (:mod:`tfmatcomp.training.fast_step`) can train this kind
+    fast_step: bool = False
+
+    def parameter_count(self, cfg: Any) -> int:
+        """Parameters of the model ``cfg`` describes, from the sizes alone (nothing allocated)."""
+        d, h, dh, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
+        attn = 3 * (h * d * dh + h * dh) + h * dh * d + d
+        return cfg.n_layers * (attn + 2 * d + (d * m + m + m * d + d) + 2 * d)
 
     def positions_needed(self, n_positions: int) -> int:
         """Positions the model reads for matrices of ``n_positions`` entries."""
@@ -99,6 +108,11 @@ class EncoderObjective(Objective):
     kind = "encoder"
     config_class = EncoderConfig
     model_class = HookedEncoder
+    fast_step = True
+
+    def parameter_count(self, cfg: EncoderConfig) -> int:
+        embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * cfg.d_model + 2 * cfg.d_model
+        return embed + super().parameter_count(cfg) + cfg.d_model * cfg.d_out + cfg.d_out
 
     def positions_needed(self, n_positions: int) -> int:
         return int(n_positions)
@@ -128,6 +142,12 @@ class DecoderObjective(Objective):
     kind = "decoder"
     config_class = DecoderConfig
     model_class = HookedDecoder
+
+    def parameter_count(self, cfg: DecoderConfig) -> int:
+        # no embedding LN; final LN and unembedding W_U, b_U
+        d = cfg.d_model
+        return ((cfg.d_vocab + cfg.n_ctx) * d + super().parameter_count(cfg) + 2 * d
+                + (d + 1) * cfg.d_vocab)
 
     def positions_needed(self, n_positions: int) -> int:
         return gpt_task.sequence_length(n_positions)
@@ -184,3 +204,59 @@ def objective_for(what: Any) -> Objective:
             return objective
     raise TypeError(f"model_cfg: expected an EncoderConfig or a DecoderConfig (or their models), "
                     f"got {type(what).__name__}")
+
+
+def objective_of_class(model_class: type) -> Objective | None:
+    """The objective whose model class ``model_class`` is (or subclasses), or None.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> objective_of_class(tm.HookedDecoder).kind, objective_of_class(int)
+        ('decoder', None)
+    """
+    return next((o for o in OBJECTIVES.values() if issubclass(model_class, o.model_class)), None)
+
+
+def as_model(what: Any, kind: str, seed: int = 0) -> Any:
+    """``what`` if it is a model of ``kind``, a fresh one (seeded ``seed``) if it is its config.
+
+    Raises:
+        ValueError: ``what`` is neither (the message names the expected classes).
+    """
+    objective = objective_named(kind)
+    if isinstance(what, objective.model_class):
+        return what
+    if isinstance(what, objective.config_class):
+        return objective.model_class(what, seed=seed)
+    raise ValueError(f"model: expected a {objective.model_class.__name__} or a "
+                     f"{objective.config_class.__name__}, got {type(what).__name__}")
+
+
+def model_kind(what: Any) -> str | None:
+    """The kind of a model (``"encoder"``, ``"decoder"``, ...), None when ``what`` is no registered
+    model (a config, a path, anything else). Code outside ``models/`` asks this instead of testing
+    model classes, so a new kind is registered in :data:`OBJECTIVES` alone.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> model_kind(tm.HookedEncoder(tm.get_preset("tiny").model)), model_kind(tm.get_preset("tiny").model)
+        ('encoder', None)
+    """
+    for objective in OBJECTIVES.values():
+        if isinstance(what, objective.model_class):
+            return objective.kind
+    return None
+
+
+def config_kind(what: Any) -> str | None:
+    """The kind of a model config, None when ``what`` is no registered config.
+
+    Example:
+        >>> import tfmatcomp as tm
+        >>> config_kind(tm.get_preset("tiny").model), config_kind("tiny")
+        ('encoder', None)
+    """
+    for objective in OBJECTIVES.values():
+        if isinstance(what, objective.config_class):
+            return objective.kind
+    return None

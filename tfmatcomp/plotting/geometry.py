@@ -120,7 +120,7 @@ def theorem2_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figu
 
 def induction_figure(table: pd.DataFrame, *, title: str | None = None) -> go.Figure:
     """Song & Zhong Section 4.1: the three head-type scores (self-token, neighbour, copy) of every
-    (layer, head), from :func:`~tfmatcomp.song_zhong.induction.induction_study`'s table."""
+    (layer, head), from :func:`~tfmatcomp.geometry.induction.induction_study`'s table."""
     types = (("self_token", "attention to self-tokens"), ("neighbor", "to neighbouring tokens"),
              ("copy", "to the token being copied"))
     fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in types], horizontal_spacing=0.06)

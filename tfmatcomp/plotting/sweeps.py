@@ -29,7 +29,7 @@ def sweep_figure(table: pd.DataFrame, x: str, *, color: str | None = None,
     counted in its title.
 
     Args:
-        table: :attr:`tfmatcomp.analyses.sweeps.SweepResult.table` (columns ``x``, ``final_L_mask``,
+        table: :attr:`tfmatcomp.training.sweeps.SweepResult.table` (columns ``x``, ``final_L_mask``,
             ``drop_step``, and ``color`` when given).
         x: the swept field on the horizontal axis (log scale when its values are positive
             numbers spanning 8x or more, as widths do).

@@ -1,4 +1,5 @@
-"""The report as one self-contained HTML page (plotly.js embedded once, tables as HTML).
+"""The report as one self-contained HTML page (plotly.js embedded once, tables as HTML), from the
+jinja2 templates in ``report/templates/`` with autoescaping.
 
 Example:
     >>> from tfmatcomp.report.render import table_html
@@ -9,17 +10,28 @@ Example:
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pandas as pd
 import plotly.graph_objects as go
+from jinja2 import Environment, PackageLoader
+from markupsafe import Markup
 
+from tfmatcomp.interventions import from_dict
 from tfmatcomp.report.run import RunContext
 from tfmatcomp.report.sections import Section
 
-__all__ = ["render", "page", "table_html", "frame_html"]
+__all__ = ["render", "page", "table_html", "frame_html", "template"]
+
+#: The pages' templates (``report/templates/*.html.j2``, package data), every value autoescaped.
+_TEMPLATES = Environment(loader=PackageLoader("tfmatcomp.report", "templates"), autoescape=True)
+
+
+def template(name: str):
+    """One of the reports' jinja2 templates (``report/templates/NAME``), autoescaping on."""
+    return _TEMPLATES.get_template(name)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1200px;margin:2em auto;
@@ -43,15 +55,13 @@ def table_html(df: pd.DataFrame) -> str:
 
 def _describe(text: str) -> str:
     """What an intervention's JSON describes, in words (empty when it cannot be rebuilt here)."""
-    from tfmatcomp.interventions import from_dict
-
     try:
         return from_dict(json.loads(text)).describe()
     except Exception:  # a moved checkpoint, say: the JSON below still says what was done
         return ""
 
 
-def frame_html(df: pd.DataFrame) -> str:
+def frame_html(df: pd.DataFrame) -> Markup:
     """A table of the report; the interventions it ran are written out in full below it.
 
     An experiment table records what it did to the model as JSON (``to_json``, see
@@ -64,7 +74,7 @@ def frame_html(df: pd.DataFrame) -> str:
         >>> from tfmatcomp.interventions import UniformAttentionAblation, to_json
         >>> df = pd.DataFrame({"L": [0.5, 0.7], "intervention": [None, to_json(UniformAttentionAblation("all"))]})
         >>> page = frame_html(df)
-        >>> "#1 uniform_attention_ablation" in page, "{&quot;kind&quot;: &quot;uniform_attention_ablation&quot;" in page
+        >>> "#1 uniform_attention_ablation" in page, "{&#34;kind&#34;: &#34;uniform_attention_ablation&#34;" in page
         (True, True)
     """
     column = df["intervention"] if "intervention" in df.columns else None
@@ -76,7 +86,7 @@ def frame_html(df: pd.DataFrame) -> str:
     for t in texts:
         numbers.setdefault(t, len(numbers) + 1)
     if not numbers:
-        return table_html(df)
+        return Markup(table_html(df))
 
     def label(text):
         return (f"#{numbers[text]} {json.loads(text).get('kind', '')}" if isinstance(text, str)
@@ -87,63 +97,41 @@ def frame_html(df: pd.DataFrame) -> str:
         shown["intervention"] = [label(t) for t in column]
     where = {t: ", ".join(str(k) for k, v in cells.items() if v == t)
              for t in numbers} if isinstance(cells, Mapping) else {}
-    items = "".join(
-        f"<li>{html.escape(_describe(t))}{' (cell ' + html.escape(where[t]) + ')' if where.get(t) else ''}"
-        f"<pre>{html.escape(t)}</pre></li>" for t in numbers)
-    return (table_html(shown) + f"<details class='iv'><summary>What was done to the model: "
-            f"{len(numbers)} intervention(s), as data (<code>tfmatcomp.interventions.from_dict("
-            f"json.loads(...))</code> rebuilds each)</summary><ol>{items}</ol></details>")
+    items = [{"description": _describe(t), "where": where.get(t), "json": t} for t in numbers]
+    return Markup(table_html(shown)) + Markup(
+        _TEMPLATES.get_template("interventions.html.j2").render(items=items))
 
 
-def _verdict(ctx: RunContext) -> str:
-    """The one-line answer at the top: did this run show the papers' drop?"""
-    if ctx.drop is None:
-        return "<p class='verdict none'>This run has no metrics log long enough to look for a drop.</p>"
-    d = ctx.drop
-    if d.has_drop:
-        return (f"<p class='verdict'>Sudden drop detected: L_mask fell {d.drop_factor:.1f}x, from "
-                f"{d.plateau_level:.3g} to {d.final_level:.3g}, between steps {d.drop_start:,.0f} "
-                f"and {d.drop_end:,.0f}.</p>")
-    return ("<p class='verdict none'>No sudden drop was detected in this run; see the first "
-            "section for what that means and what to do.</p>")
+def _item_html(item: Any, first_figure: bool) -> Markup:
+    """One figure, table or text of a section as HTML."""
+    if isinstance(item, go.Figure):
+        return Markup(item.to_html(full_html=False, include_plotlyjs=first_figure,
+                                   config={"displaylogo": False}))
+    if isinstance(item, pd.DataFrame):
+        return frame_html(item)
+    return Markup("<p>{}</p>").format(str(item))
 
 
 def page(title: str, header: str, sections: Sequence[Section]) -> str:
-    """A self-contained page: ``title``, ``header`` HTML, a table of contents and the sections."""
+    """A self-contained page: ``title``, ``header`` HTML (trusted: the caller escapes what it puts
+    in), a table of contents and the sections; every text of a section is escaped."""
     first_figure = True
-    body = []
+    bodies = []
     for s in sections:
-        parts = [f'<h2 id="{s.key}">{html.escape(s.title)}</h2>',
-                 f'<p class="what">{html.escape(s.text)}</p>']
-        if s.error:
-            parts.append(f'<div class="error">This section failed:\n{html.escape(s.error)}</div>')
+        items = []
         for item in s.items:
-            if isinstance(item, go.Figure):
-                parts.append(item.to_html(full_html=False, include_plotlyjs=first_figure,
-                                          config={"displaylogo": False}))
-                first_figure = False
-            elif isinstance(item, pd.DataFrame):
-                parts.append(frame_html(item))
-            else:
-                parts.append(f"<p>{html.escape(str(item))}</p>")
-        parts.append(f'<p class="meta">computed in {s.seconds:.1f} s</p>')
-        body.append("\n".join(parts))
-    toc = "".join(f'<li><a href="#{s.key}">{html.escape(s.title)}</a></li>' for s in sections)
-    t = html.escape(title)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{t}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{t}</h1>{header}"
-            f"<nav><ol>{toc}</ol></nav>{''.join(body)}</body></html>")
+            items.append(_item_html(item, first_figure))
+            first_figure = first_figure and not isinstance(item, go.Figure)
+        bodies.append(_TEMPLATES.get_template("section.html.j2").render(s=s, items=items))
+    return _TEMPLATES.get_template("page.html.j2").render(
+        title=title, css=Markup(_CSS), header=Markup(header), sections=sections,
+        bodies=[Markup(b) for b in bodies])
 
 
 def render(ctx: RunContext, sections: Sequence[Section], seconds: float) -> str:
     """The HTML page of a report."""
-    cfg, tcfg = ctx.post.cfg, ctx.task
-    seed = f" (seed {ctx.run_seed})" if ctx.run_seed is not None else ""
-    meta = (f"run <code>{html.escape(str(ctx.run_dir))}</code>{seed}; model {cfg.n_layers} layers x "
-            f"{cfg.n_heads} heads x d_model {cfg.d_model}; task {tcfg.n_rows}x{tcfg.n_cols} rank "
-            f"{tcfg.rank}, p_mask {tcfg.p_mask}; pre-shift step {ctx.pre_step:,}, post-shift step "
-            f"{ctx.post_step:,} ({html.escape(ctx.step_note or 'chosen by the caller')}); "
-            f"{ctx.n_samples} samples per experiment, sampling seed {ctx.seed}; built in "
-            f"{seconds:.0f} s. Layers and heads are 1-based in figure titles (the papers' labels) and "
-            "0-based in table columns named layer / head.")
-    return page("tfmatcomp report", f"{_verdict(ctx)}<p class='meta'>{meta}</p>", sections)
+    header = _TEMPLATES.get_template("run_header.html.j2").render(
+        drop=ctx.drop, run_dir=str(ctx.run_dir), run_seed=ctx.run_seed, cfg=ctx.post.cfg,
+        task=ctx.task, pre_step=ctx.pre_step, post_step=ctx.post_step, step_note=ctx.step_note,
+        n_samples=ctx.n_samples, seed=ctx.seed, seconds=seconds)
+    return page("tfmatcomp report", header, sections)

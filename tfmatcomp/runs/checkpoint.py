@@ -310,13 +310,7 @@ def _kind_of(model: Any) -> str:
 
 def _parameter_count(cfg: ModelConfig) -> int:
     """Parameters of the model ``cfg`` describes, from the sizes alone (nothing is allocated)."""
-    d, h, dh, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
-    attn = 3 * (h * d * dh + h * dh) + h * dh * d + d
-    block = attn + 2 * d + (d * m + m + m * d + d) + 2 * d
-    if isinstance(cfg, DecoderConfig):  # no embedding LN; final LN and unembedding W_U, b_U
-        return (cfg.d_vocab + cfg.n_ctx) * d + cfg.n_layers * block + 2 * d + (d + 1) * cfg.d_vocab
-    embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * d + 2 * d
-    return embed + cfg.n_layers * block + d * cfg.d_out + cfg.d_out
+    return objective_for(cfg).parameter_count(cfg)
 
 
 def _check_weights_fit(path: Path, cfg: ModelConfig, files: dict[Path, set[str] | None]) -> torch.dtype:

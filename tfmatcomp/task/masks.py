@@ -300,7 +300,7 @@ def row_column_mass(
     """Per head: the attention mass a masked query puts on the observed keys of its own row or
     column, pooled over all (matrix, masked query) pairs (NaN when nothing is masked); what the
     progress measure :func:`tfmatcomp.analyses.dynamics.row_column_attention_mass` reports and
-    the penalty :class:`tfmatcomp.config.RowColumnAttentionPenalty` trains against
+    the penalty :class:`tfmatcomp.interventions.during_training.RowColumnAttentionPenalty` trains against
     (differentiable in ``pattern``).
 
     A key ``k`` counts for query ``q`` when ``k`` is observed and ``row(k) = row(q)`` or

@@ -5,10 +5,13 @@
 * :mod:`~tfmatcomp.training.trainer`: :class:`Trainer` / :func:`train`, one seed;
 * :mod:`~tfmatcomp.training.steps`: the float32 and fast steps a :class:`Trainer` plugs in;
 * :mod:`~tfmatcomp.training.fast_step`: the bf16 / compiled step and when it is taken;
-* :mod:`~tfmatcomp.training.multiseed`: :func:`train_many`, seeds batched with ``vmap``.
+* :mod:`~tfmatcomp.training.multiseed`: :func:`train_many`, seeds batched with ``vmap``;
+* :mod:`~tfmatcomp.training.plan`: :class:`RunPlan`, what an entry point decides once (configs,
+  device, seeds, the step, batched or not, run directory, resume);
+* :mod:`~tfmatcomp.training.sweeps`: :func:`sweep`, grids of configurations trained and
+  summarized.
 
-What differs between model kinds is :mod:`tfmatcomp.models.objectives`; sweeps over
-configurations are :mod:`tfmatcomp.analyses.sweeps`.
+What differs between model kinds is :mod:`tfmatcomp.models.objectives`.
 
 The run directory a trainer writes belongs to :mod:`tfmatcomp.runs`.
 """

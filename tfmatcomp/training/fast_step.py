@@ -60,12 +60,12 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from tfmatcomp.config import DuringTraining, RowColumnAttentionPenalty
 from tfmatcomp.datapath import CPU_MIN_D_MODEL, cpu_bf16_units
 from tfmatcomp.models.components.hook_point import is_hooked
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
 from tfmatcomp.task.metrics import mse
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
+from tfmatcomp.models.objectives import objective_of_class
 from tfmatcomp.validation import check_choice
 
 __all__ = ["FastStep", "use_fast", "decide", "retain_freed_memory", "blocker",
@@ -162,7 +162,7 @@ def use_fast(fast: bool | None, device: torch.device, blocked_by: str | None,
 
 
 def blocker(model_class: type[nn.Module], own_step: bool,
-            interventions: Sequence[DuringTraining] = (),
+            interventions: Sequence = (),
             device: torch.device | str = "cpu") -> str | None:
     """Why a run must keep the explicit step (None: it may take the fast one).
 
@@ -175,14 +175,16 @@ def blocker(model_class: type[nn.Module], own_step: bool,
             neither the attention penalty.
         device: where the run trains.
     """
-    if not issubclass(model_class, HookedEncoder):
+    objective = objective_of_class(model_class)
+    if objective is None or not objective.fast_step:
         return f"a {model_class.__name__} (the fast step trains the encoder)"
     if own_step:
         return "a trainer with its own training step"
     if interventions and torch.device(device).type != "cpu":
         return "interventions during training on CUDA (its step is compiled)"
-    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in interventions):
-        return "a row/column attention penalty (TrainConfig.interventions)"
+    refused = next((iv for iv in interventions if not iv.fast_cpu), None)
+    if refused is not None:
+        return f"a {refused.kind.replace('_', ' ')} (TrainConfig.interventions)"
     return None
 
 

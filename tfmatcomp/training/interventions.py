@@ -1,9 +1,10 @@
 """Interventions during training, applied: what the training steps do with
 :attr:`tfmatcomp.config.TrainConfig.interventions`.
 
-The interventions themselves are plain data (:class:`~tfmatcomp.config.DuringTraining` and its
-kinds in :mod:`tfmatcomp.config`), so a run records them in ``run.json`` and in every checkpoint,
-and a resume must match them. A :class:`TrainingPlan` turns them into what an update needs:
+The interventions themselves (:class:`~tfmatcomp.interventions.during_training.DuringTraining`
+and its kinds, in the one ``kind`` registry) say what they do at a step; a run records them in
+``run.json`` and in every checkpoint, and a resume must match them. A :class:`TrainingPlan`
+checks them against the model and collects what an update needs, asking each intervention:
 
 * :meth:`TrainingPlan.applied`: the forward hooks of the attention interventions active at a step
   (``blocks.{l}.attn.hook_attn_scores``), attached for one forward pass;
@@ -22,7 +23,7 @@ the plain weights.
 
 Example:
     >>> import tfmatcomp as tm
-    >>> from tfmatcomp.config import RowColumnAttentionScale
+    >>> from tfmatcomp.interventions.during_training import RowColumnAttentionScale
     >>> scale = RowColumnAttentionScale(10.0, start_step=10)
     >>> r = tm.train("tiny", n_steps=20, batch_size=8, log_every=10, progress=False,
     ...              interventions=[scale])
@@ -42,12 +43,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from tfmatcomp.config import (AttentionLogitScale, DuringTraining, Freeze, Reinitialize,
-                              RowColumnAttentionPenalty, RowColumnAttentionScale)
-from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.interventions.during_training import DuringTraining, Reinitialize
+from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.models.param_groups import group_predicate
 from tfmatcomp.task.data import MatrixBatch
-from tfmatcomp.task.masks import positions_to_rows_cols, row_column_mass
+from tfmatcomp.task.masks import positions_to_rows_cols
 
 __all__ = ["TrainingPlan", "row_column_logit_bias", "fresh_seed"]
 
@@ -75,7 +75,8 @@ class TrainingPlan:
     """The interventions of a run, checked against its model and ready to apply.
 
     Args:
-        interventions: :class:`~tfmatcomp.config.DuringTraining` objects, in order.
+        interventions: :class:`~tfmatcomp.interventions.during_training.DuringTraining`
+            objects, in order.
         model: the model trained (its layers and parameter names are checked here).
         n_cols: the task's columns (None: square matrices, the size read from each sequence).
 
@@ -98,11 +99,10 @@ class TrainingPlan:
             if layers is not None and any(l >= n_layers for l in layers):
                 raise ValueError(f"{where}: layers must lie in [0, {n_layers - 1}], got "
                                  f"{list(layers)}")
-            if isinstance(iv, (RowColumnAttentionScale, RowColumnAttentionPenalty)) and not \
-                    isinstance(model, HookedEncoder):
+            if iv.encoder_only and objective_for(model.cfg).kind != "encoder":
                 raise ValueError(f"{where}: rows and columns are the encoder's sequence; a "
                                  f"{type(model).__name__} reads another one")
-            if isinstance(iv, (Freeze, Reinitialize)):
+            if hasattr(iv, "groups"):
                 excepted = getattr(iv, "except_groups", ())
                 try:
                     pred = group_predicate(iv.groups)
@@ -125,17 +125,8 @@ class TrainingPlan:
 
     # ------------------------------------------------------------------ hooks
     def fwd_hooks(self, step: int) -> list[tuple[str, HookFn]]:
-        """The forward hooks of the attention interventions active at the update from ``step``."""
-        hooks = []
-        for iv in self.interventions:
-            if not iv.active(step) or not isinstance(
-                    iv, (AttentionLogitScale, RowColumnAttentionScale)):
-                continue
-            fn = (self._scale(iv.scale) if isinstance(iv, AttentionLogitScale)
-                  else self._row_column(iv.factor))
-            layers = range(self.n_layers) if iv.layers is None else iv.layers
-            hooks += [(f"blocks.{l}.attn.hook_attn_scores", fn) for l in layers]
-        return hooks
+        """The forward hooks of the interventions active at the update from ``step``."""
+        return [h for iv in self.interventions if iv.active(step) for h in iv.step_hooks(self, step)]
 
     @contextlib.contextmanager
     def applied(self, model: nn.Module, step: int) -> Iterator[None]:
@@ -147,19 +138,7 @@ class TrainingPlan:
         with model.hooks(fwd_hooks=hooks):
             yield
 
-    @staticmethod
-    def _scale(scale: float) -> HookFn:
-        def hook(scores: Tensor, hook: Any) -> Tensor:
-            return scores * scale
-        return hook
-
-    def _row_column(self, factor: float) -> HookFn:
-        def hook(scores: Tensor, hook: Any) -> Tensor:
-            bias = self._row_column_bias(scores.shape[-1], factor, scores.device)
-            return scores + bias.to(scores.dtype)  # the fast step's scores are bf16
-        return hook
-
-    def _row_column_bias(self, n_pos: int, factor: float, device: torch.device) -> Tensor:
+    def row_column_bias(self, n_pos: int, factor: float, device: torch.device) -> Tensor:
         key = (n_pos, factor, str(device))
         if key not in self._bias:
             if self.n_cols is not None and n_pos % self.n_cols == 0:
@@ -172,30 +151,18 @@ class TrainingPlan:
             self._bias[key] = row_column_logit_bias(n_rows, n_cols, factor, device)
         return self._bias[key]
 
-    @property
-    def has_penalty(self) -> bool:
-        """True when a :class:`~tfmatcomp.config.RowColumnAttentionPenalty` is among them."""
-        return any(isinstance(iv, RowColumnAttentionPenalty) for iv in self.interventions)
+    def refused_by(self, carrier: str) -> DuringTraining | None:
+        """The first intervention that ``carrier`` (``"batched"``, ``"data_parallel"``,
+        ``"fast_cpu"``) cannot carry, or None."""
+        return next((iv for iv in self.interventions if not getattr(iv, carrier)), None)
 
     @contextlib.contextmanager
     def penalty(self, model: nn.Module, step: int, batch: MatrixBatch) -> Iterator[list[Tensor]]:
         """For the body of a ``with``: hooks on ``hook_pattern`` that collect the penalty terms of
         the update from ``step`` on ``batch`` into the yielded list (add their sum to the loss)."""
         terms: list[Tensor] = []
-        hooks = []
-        for iv in self.interventions:
-            if not (isinstance(iv, RowColumnAttentionPenalty) and iv.active(step)):
-                continue
-            layers = list(range(self.n_layers) if iv.layers is None else iv.layers)
-            scale = iv.weight / len(layers)
-
-            def hook(pattern: Tensor, hook: Any, scale: float = scale) -> Tensor:
-                mass = row_column_mass(pattern, batch.observed, batch.n_rows, batch.n_cols)
-                if not torch.isnan(mass).any():  # nothing masked in the batch: no term
-                    terms.append(scale * mass.mean().to(pattern.dtype))
-                return pattern
-
-            hooks += [(f"blocks.{l}.attn.hook_pattern", hook) for l in layers]
+        hooks = [h for iv in self.interventions if iv.active(step)
+                 for h in iv.penalty_hooks(self, batch, terms)]
         if not hooks:
             yield terms
             return
@@ -206,7 +173,7 @@ class TrainingPlan:
     def frozen(self, step: int) -> set[str]:
         """Names of the parameters the update from ``step`` leaves unchanged."""
         return {n for i, iv in enumerate(self.interventions)
-                if isinstance(iv, Freeze) and iv.active(step) for n in self.selected[i]}
+                if iv.active(step) for n in iv.frozen(self.selected.get(i, []))}
 
     def drop_frozen_grads(self, step: int, params: Mapping[str, Tensor]) -> None:
         """Remove the gradients of the frozen parameters (call between backward and the step)."""
@@ -217,7 +184,7 @@ class TrainingPlan:
     def reinitialize(self, step: int, params: Mapping[str, Tensor],
                      optimizer: torch.optim.Optimizer,
                      fresh: Callable[[Reinitialize], Sequence[Mapping[str, Tensor]]]) -> list[str]:
-        """Before the update from ``step``: copy the :class:`~tfmatcomp.config.Reinitialize`
+        """Before the update from ``step``: copy the :class:`~tfmatcomp.interventions.during_training.Reinitialize`
         groups' parameters from fresh models and clear their optimizer state; returns the names.
 
         Args:
@@ -227,7 +194,7 @@ class TrainingPlan:
         """
         names: list[str] = []
         for i, iv in enumerate(self.interventions):
-            if not (isinstance(iv, Reinitialize) and iv.active(step)):
+            if not (iv.reinitializes() and iv.active(step)):
                 continue
             states = fresh(iv)
             for name in self.selected[i]:
@@ -241,7 +208,7 @@ class TrainingPlan:
 
 
 def fresh_seed(run_seed: int, step: int) -> int:
-    """The seed of the fresh initialization a :class:`~tfmatcomp.config.Reinitialize` at ``step``
+    """The seed of the fresh initialization a :class:`~tfmatcomp.interventions.during_training.Reinitialize` at ``step``
     draws for the run of ``run_seed`` (different per seed and per step).
 
     Example:

@@ -10,7 +10,7 @@ plug in and in how many runs they advance together:
   :class:`~tfmatcomp.training.multiseed.VmapStep` (the seeds batched with ``vmap``);
 * :func:`tfmatcomp.distributed.train`: a ``DistributedTrainer`` (one run, written by rank 0) with
   ``DataParallelStep`` (DistributedDataParallel);
-* :func:`tfmatcomp.song_zhong.lm.train_lm`: an ``LMRun`` (one run) with ``LMStep`` (AdamW, warm-up
+* :func:`tfmatcomp.training.lm.train_lm`: an ``LMRun`` (one run) with ``LMStep`` (AdamW, warm-up
   and cosine decay, clipping).
 
 What the loop does, in order, at each step: the step's update; every run's step counter; at a

@@ -27,8 +27,7 @@ import contextlib
 import copy
 import json
 import os
-import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -37,57 +36,19 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 from tfmatcomp.runs import rundir
-from tfmatcomp.runs.layout import GROUP_FILE, has_training_state, list_checkpoints, seed_dir
-from tfmatcomp.config import Preset, Reinitialize, RowColumnAttentionPenalty
+from tfmatcomp.runs.layout import GROUP_FILE, seed_dir
+from tfmatcomp.config import Preset
+from tfmatcomp.interventions.during_training import Reinitialize
 from tfmatcomp.models.encoder import HookedEncoder, UncheckedForward
 from tfmatcomp.task.data import MatrixBatch
-from tfmatcomp.training.loop import (
-    Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
-)
-from tfmatcomp.models.objectives import OBJECTIVES, objective_for
-from tfmatcomp.training import fast_step
-from tfmatcomp.training.trainer import RunSetup, Trainer, TrainResult, default_device
-from tfmatcomp.validation import check_device, read_json_bounded
+from tfmatcomp.training.loop import Schedule, TrainingStep, check_n_steps, resume_and_run, run_loop
+from tfmatcomp.models.objectives import OBJECTIVES
+from tfmatcomp.training.plan import BATCHED_STEP, RunPlan, parse_seeds, plan_run
+from tfmatcomp.training.trainer import Trainer, TrainResult
+from tfmatcomp.validation import read_json_bounded
 
-__all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "parse_seeds",
-           "write_group_file"]
-
-
-#: The most seeds one group may train (each is a full training run).
-MAX_SEEDS = 10_000
-
-
-def parse_seeds(text: str | int | Sequence[int]) -> list[int]:
-    """Seeds from ``"0-7"``, ``"0,3,5"``, ``"0-3,8"``, an int or a sequence; sorted, no repeats,
-    at most :data:`MAX_SEEDS` of them (checked before any list is built).
-
-    Example:
-        >>> parse_seeds("0-3,8"), parse_seeds(5), parse_seeds([2, 1])
-        ([0, 1, 2, 3, 8], [5], [1, 2])
-    """
-    if isinstance(text, int) and not isinstance(text, bool):
-        seeds = [text]
-    elif isinstance(text, str):
-        seeds = []
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
-            if m is None:
-                raise ValueError(f"seeds: cannot read {part!r}; write e.g. '0-7' or '0,3,5'")
-            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-            if hi < lo:
-                raise ValueError(f"seeds: range {part!r} runs backwards")
-            if hi - lo + 1 + len(seeds) > MAX_SEEDS:
-                raise ValueError(f"seeds: at most {MAX_SEEDS:,} seeds, got {text!r}")
-            seeds.extend(range(lo, hi + 1))
-    else:
-        seeds = [int(s) for s in text]
-    if len(seeds) > MAX_SEEDS:
-        raise ValueError(f"seeds: at most {MAX_SEEDS:,} seeds, got {len(seeds):,}")
-    if not seeds or any(s < 0 for s in seeds):
-        raise ValueError(f"seeds: give at least one non-negative seed, got {text!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds: {text!r} repeats a seed")
-    return sorted(seeds)
+__all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "run_plan", "run_group",
+           "write_group_file", "parse_seeds", "BATCHED_STEP"]
 
 
 @dataclass
@@ -118,17 +79,13 @@ class MultiSeedResult:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-#: What a seed's ``run.json`` says of the step that trained it in the batched program.
-BATCHED_STEP = "float32 step: the batched multi-seed program (vmap over the seeds)"
-
-
 class MultiSeedTrainer:
     """Train several seeds of one configuration at once (see the module docstring).
 
     Args:
         preset: as :class:`~tfmatcomp.Trainer`.
         seeds: the seeds (a sequence, an int, or text such as ``"0-7"``).
-        keywords: the fields of :class:`~tfmatcomp.training.trainer.RunSetup` and
+        keywords: the fields of :class:`~tfmatcomp.training.plan.RunSetup` and
             :class:`~tfmatcomp.TrainConfig` fields, as :class:`~tfmatcomp.Trainer` takes them
             (the TrainConfig fields may not include ``seed``), except that ``out_dir`` is the
             group's directory: seed ``s`` writes its run to ``out_dir/seed-{s}``. None keeps
@@ -138,24 +95,34 @@ class MultiSeedTrainer:
             directory with it) before training from step 0.
     """
 
-    def __init__(self, preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int],
+    def __init__(self, preset: str | Preset = "tiny", *,
+                 seeds: str | int | Sequence[int] | None = None, plan: RunPlan | None = None,
                  **keywords: Any):
-        setup = RunSetup.from_keywords(preset, keywords)
-        if "seed" in setup.train_overrides:
-            raise ValueError("seed: give the seeds with seeds=..., not seed=")
-        self.seeds = parse_seeds(seeds)
-        out_dir = setup.out_dir
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.overwrite = bool(setup.overwrite)
+        if plan is None:
+            if seeds is None:
+                raise TypeError("seeds: give the seeds (or a plan)")
+            plan = plan_run(preset, keywords, seeds=seeds, batched=True)
+        elif keywords or seeds is not None:
+            raise TypeError("plan: give a plan or seeds and keywords, not both")
+        elif plan.seeds is None or not plan.batched:
+            raise ValueError("plan: not the plan of a batched group of seeds")
+        refused = next((iv for iv in plan.train_cfg.interventions if not iv.batched), None)
+        if refused is not None:
+            raise ValueError(f"interventions: the batched multi-seed program cannot carry a "
+                             f"{refused.kind} (inside vmap); train_many trains such seeds one at "
+                             "a time")
+        if plan.train_cfg.fast:
+            raise ValueError("fast: the batched multi-seed program runs float32; train_many "
+                             "trains fast seeds one at a time on the fast step")
+        #: the group's plan, decided at the entry point
+        self.run_plan = plan
+        self.seeds = list(plan.seeds)
+        self.out_dir = plan.out_dir
+        self.overwrite = plan.overwrite
         self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
         self._claimed = False
-        self.progress = setup.progress
-        model_cfg, task_cfg, train_cfg = setup.configs()
-        self.trainers = [
-            Trainer(setup.preset, model_cfg=model_cfg, task_cfg=task_cfg,
-                    train_cfg=replace(train_cfg, seed=s), device=setup.device, progress=False,
-                    out_dir=seed_dir(out_dir, s) if out_dir is not None else None)
-            for s in self.seeds]
+        self.progress = plan.progress
+        self.trainers = [Trainer.from_plan(plan.for_seed(s)) for s in self.seeds]
         first = self.trainers[0]
         if first.objective is not OBJECTIVES["encoder"]:
             raise ValueError("preset: the batched multi-seed trainer runs the encoder task only; "
@@ -163,16 +130,12 @@ class MultiSeedTrainer:
         self.train_cfg, self.task, self.device = first.train_cfg, first.task, first.device
         #: the interventions during training, ready to apply (None without any)
         self.plan = first.plan
-        if self.plan and self.plan.has_penalty:
-            raise ValueError("interventions: the batched multi-seed program cannot collect a "
-                             "row_column_attention_penalty inside vmap; train_many trains such "
-                             "seeds one at a time")
-        if train_cfg.fast:
-            raise ValueError("fast: the batched multi-seed program runs float32; train_many "
-                             "trains fast seeds one at a time on the fast step")
-        for t in self.trainers:  # what each seed's run.json records: the program that trains it
-            t.fast, t.step_reason = False, BATCHED_STEP
         self._build()
+
+    @classmethod
+    def from_plan(cls, plan: RunPlan) -> MultiSeedTrainer:
+        """The trainer of a batched group's ``plan`` (:mod:`tfmatcomp.training.plan`)."""
+        return cls(plan=plan)
 
     # ------------------------------------------------------------------ stacking
     def _build(self) -> None:
@@ -460,8 +423,8 @@ def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
 
 def _resume_at(trainer: Trainer, step: int) -> None:
     """Reload ``trainer`` from its checkpoint at ``step`` (which must hold training state)."""
-    path = list_checkpoints(trainer.out_dir).get(step)
-    if path is None or not has_training_state(path):
+    path = trainer.directory.checkpoint_at(step)
+    if path is None:
         raise ValueError(f"seeds: {trainer.out_dir} has no resumable checkpoint at step {step}")
     trainer.restore(path)
 
@@ -487,40 +450,27 @@ def train_many(preset: str | Preset = "tiny", *, seeds: str | int | Sequence[int
         >>> [(s, r.step) for s, r in runs]
         [(0, 10), (1, 10), (2, 10)]
     """
-    setup = RunSetup.from_keywords(preset, keywords)
-    check_resume_overwrite(resume, setup.overwrite)
-    model_cfg, task_cfg, train_cfg = setup.configs()
-    if any(isinstance(iv, RowColumnAttentionPenalty) for iv in train_cfg.interventions):
-        return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
-    device = check_device("device", setup.device) if setup.device is not None else default_device()
-    blocked_by = fast_step.blocker(objective_for(model_cfg).model_class, False,
-                                   train_cfg.interventions, device)
-    fast = fast_step.use_fast(train_cfg.fast, device, blocked_by,
-                              getattr(model_cfg, "d_model", None))
-    if fast and (device.type == "cpu" or train_cfg.fast):
-        # on a CPU the batched program costs K single runs anyway, in float32; on a GPU it is
-        # nearly free, so it keeps the seeds batched unless fast=True asks for the fast step
-        return _one_seed_at_a_time(preset, parse_seeds(seeds), resume, setup, keywords)
-    return resume_and_run(MultiSeedTrainer(preset, seeds=seeds, **keywords), resume)
+    return run_group(plan_run(preset, keywords, resume=resume, seeds=seeds))
 
 
-def _one_seed_at_a_time(preset: str | Preset, seeds: list[int], resume: bool, setup: RunSetup,
-                        keywords: dict[str, Any]) -> MultiSeedResult:
-    """:func:`train_many` for a run the batched program does not train: an attention penalty
-    (collected outside ``vmap``), or a run that takes the fast step on a CPU or asks for it with
-    ``fast=True`` (the batched program is float32): each seed trained by
-    :func:`~tfmatcomp.train` in turn, into the same ``out_dir/seed-{s}`` directories and
-    ``seeds.json``."""
-    from tfmatcomp.training.trainer import train
+def run_plan(plan: RunPlan) -> TrainResult | MultiSeedResult:
+    """Train ``plan``, one run's (:meth:`~tfmatcomp.Trainer.from_plan`) or a group's
+    (:func:`run_group`), resuming when it says so: what ``tfmatcomp train`` runs in one process."""
+    if plan.seeds is None:
+        return resume_and_run(Trainer.from_plan(plan), plan.resume)
+    return run_group(plan)
 
-    if "seed" in setup.train_overrides:
-        raise ValueError("seed: give the seeds with seeds=..., not seed=")
-    out = Path(setup.out_dir) if setup.out_dir is not None else None
-    if out is not None:
-        write_group_file(out, seeds)
-    own = {k: v for k, v in keywords.items() if k != "out_dir"}
-    results = {s: train(preset, seed=s, resume=resume,
-                        out_dir=seed_dir(out, s) if out is not None else None, **own)
-               for s in seeds}
-    return MultiSeedResult(seeds=seeds, results=results, out_dir=out,
+
+def run_group(plan: RunPlan) -> MultiSeedResult:
+    """Train a group's ``plan``: as one batched program (:class:`MultiSeedTrainer`), or, for a plan
+    the batched program does not train (an attention penalty, collected outside ``vmap``; the
+    fast step on a CPU or asked for with ``fast=True``), each seed in turn as an ordinary run
+    into the same ``out_dir/seed-{s}`` directories and ``seeds.json``."""
+    if plan.batched:
+        return resume_and_run(MultiSeedTrainer.from_plan(plan), plan.resume)
+    if plan.out_dir is not None:
+        write_group_file(plan.out_dir, list(plan.seeds))
+    results = {s: resume_and_run(Trainer.from_plan(plan.for_seed(s)), plan.resume)
+               for s in plan.seeds}
+    return MultiSeedResult(seeds=list(plan.seeds), results=results, out_dir=plan.out_dir,
                            step=min(r.step for r in results.values()))

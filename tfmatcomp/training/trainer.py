@@ -34,13 +34,11 @@ Example:
 
 from __future__ import annotations
 
-import json
 import contextlib
 import os
 import platform
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,35 +49,26 @@ from tfmatcomp.runs import rundir
 from tfmatcomp.runs.checkpoint import (
     CheckpointError, ConfigMismatchError, load_checkpoint_info, load_training_state, save_checkpoint,
 )
-from tfmatcomp.runs.layout import (
-    METRICS_FILE, RUN_FILE, STATE_FILE, checkpoint_path, has_training_state, list_checkpoints,
-)
-from tfmatcomp.config import (DecoderConfig, EncoderConfig, Preset, Reinitialize, TaskConfig,
-                              TrainConfig, get_preset)
+from tfmatcomp.runs.layout import METRICS_FILE, RUN_FILE
+from tfmatcomp.runs.run_directory import RunDirectory
+from tfmatcomp.config import Preset, TaskConfig, TrainConfig
+from tfmatcomp.interventions.during_training import Reinitialize
 from tfmatcomp.datapath import inference_bf16
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.training import fast_step
 from tfmatcomp.training.interventions import TrainingPlan, fresh_seed
-from tfmatcomp.training.loop import (
-    Schedule, TrainingStep, check_n_steps, check_resume_overwrite, resume_and_run, run_loop,
-)
+from tfmatcomp.training.loop import Schedule, TrainingStep, check_n_steps, resume_and_run, run_loop
+from tfmatcomp.training.plan import RunPlan, plan_run
 from tfmatcomp.models.objectives import objective_for
 from tfmatcomp.training.steps import ExplicitStep, FastTrainerStep
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.runs.rundir import RunDirError
-from tfmatcomp.validation import check_device
+from tfmatcomp.training.state import RunState
 
-__all__ = ["RunSetup", "Trainer", "TrainResult", "train", "read_metrics", "default_device",
-           "processor"]
+__all__ = ["Trainer", "TrainResult", "train", "read_metrics", "processor"]
 
 #: TrainConfig fields that must match for a resumed run to continue the same trajectory.
 _SAME_RUN_FIELDS = ("seed", "lr", "batch_size", "eval_batch_size", "interventions")
-
-
-def default_device() -> torch.device:
-    """CUDA when available, else CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def processor(device: torch.device | str = "cpu") -> str:
@@ -124,69 +113,6 @@ class TrainResult:
     step: int
 
 
-@dataclass(frozen=True)
-class RunSetup:
-    """The keywords every training entry point takes, stated once.
-
-    :class:`Trainer`, :func:`train`, :class:`~tfmatcomp.MultiSeedTrainer`,
-    :func:`~tfmatcomp.train_many`, their forms in :mod:`tfmatcomp.distributed` and ``tfmatcomp
-    train`` all take ``preset`` and then these fields as keywords; any other keyword is a
-    :class:`~tfmatcomp.TrainConfig` field (``n_steps=300, lr=1e-3, ...``) and lands in
-    ``train_overrides``. Each entry point adds only its own keywords (``resume``; ``model`` for
-    one run; ``seeds`` for a group).
-
-    Attributes:
-        preset: name or :class:`~tfmatcomp.Preset` supplying defaults for the three configs.
-        model_cfg, task_cfg, train_cfg: override the preset's configs.
-        out_dir: run directory for ``metrics.jsonl`` and ``checkpoints/``; None keeps everything
-            in memory (no checkpoints, no resume). Training from step 0 refuses a directory that
-            already holds a run (:class:`~tfmatcomp.runs.rundir.RunDirError`); resume continues
-            it. A trainer locks the directory while it writes.
-        device: training device (default: CUDA when present, else CPU).
-        progress: show a tqdm progress bar with the current losses.
-        overwrite: clear ``out_dir`` before training from step 0 (only a directory holding
-            nothing but run files is cleared).
-        train_overrides: :class:`~tfmatcomp.TrainConfig` fields replacing those of ``train_cfg``.
-
-    Example:
-        >>> setup = RunSetup.from_keywords("tiny", {"n_steps": 20, "progress": False})
-        >>> setup.progress, setup.train_overrides
-        (False, {'n_steps': 20})
-        >>> model_cfg, task_cfg, train_cfg = setup.configs()
-        >>> train_cfg.n_steps, task_cfg.n_rows
-        (20, 4)
-    """
-
-    preset: str | Preset = "tiny"
-    model_cfg: EncoderConfig | DecoderConfig | None = None
-    task_cfg: TaskConfig | None = None
-    train_cfg: TrainConfig | None = None
-    out_dir: str | os.PathLike | None = None
-    device: torch.device | str | None = None
-    progress: bool = True
-    overwrite: bool = False
-    train_overrides: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_keywords(cls, preset: str | Preset, keywords: Mapping[str, Any]) -> RunSetup:
-        """``preset`` and an entry point's keywords: this class's fields by name, every other
-        keyword a train override."""
-        own = {f.name for f in fields(cls)} - {"preset", "train_overrides"}
-        return cls(preset, **{k: v for k, v in keywords.items() if k in own},
-                   train_overrides={k: v for k, v in keywords.items() if k not in own})
-
-    def configs(self) -> tuple[EncoderConfig | DecoderConfig, TaskConfig, TrainConfig]:
-        """``(model_cfg, task_cfg, train_cfg)``: the preset's, where not given, with the train
-        overrides applied.
-
-        Raises:
-            TypeError: a train override is no :class:`~tfmatcomp.TrainConfig` field.
-        """
-        preset = get_preset(self.preset)
-        return (self.model_cfg or preset.model, self.task_cfg or preset.task,
-                replace(self.train_cfg or preset.train, **self.train_overrides))
-
-
 class Trainer:
     """Online trainer. Prefer :func:`train` unless you need to drive it step by step.
 
@@ -194,13 +120,16 @@ class Trainer:
         preset: name or :class:`Preset` supplying defaults for the three configs.
         model: start from this model instead of a fresh one (its config must equal ``model_cfg``
             when both are given).
-        keywords: the fields of :class:`RunSetup` (``model_cfg``, ``task_cfg``, ``train_cfg``,
-            ``out_dir``, ``device``, ``progress``, ``overwrite``) and
+        plan: the run's :class:`~tfmatcomp.training.plan.RunPlan`, taken as it is (instead of
+            ``preset`` and ``keywords``; see :meth:`from_plan`).
+        keywords: the fields of :class:`~tfmatcomp.training.plan.RunSetup` (``model_cfg``,
+            ``task_cfg``, ``train_cfg``, ``out_dir``, ``device``, ``progress``, ``overwrite``) and
             :class:`TrainConfig` fields (``n_steps=300, lr=1e-3, ...``). The trainer locks
             ``out_dir`` during :meth:`run`, and from :meth:`resume` until the end of the next run
             or :meth:`close`; call :meth:`resume` to continue a run there. Freezing or
             re-initializing parameter groups (component-wise training) are interventions during
-            training: ``interventions=[Freeze(...), Reinitialize(...)]`` (:mod:`tfmatcomp.config`).
+            training: ``interventions=[Freeze(...), Reinitialize(...)]``
+            (:mod:`tfmatcomp.interventions.during_training`).
 
     On CUDA, and on a CPU with bf16 matrix units for models with ``d_model >= 256``, a run that
     allows it takes the fast step of :mod:`tfmatcomp.training.fast_step` (bf16 matmuls, fused Adam);
@@ -208,9 +137,13 @@ class Trainer:
     which step runs and why. A run with a hook attached when :meth:`run` starts takes the
     explicit step.
 
-    :meth:`run` trains through :func:`~tfmatcomp.training.loop.run_loop`, for which the trainer is
-    the host (:meth:`start`, :meth:`save_checkpoints`, :meth:`close`) and its one run record
-    (:meth:`open_log`, :meth:`log`); :meth:`training_step` is the step it plugs in.
+    The trainer is the host of one run in :func:`~tfmatcomp.training.loop.run_loop`
+    (:meth:`start`, :meth:`save_checkpoints`, :meth:`close`, :meth:`training_step`: the step it
+    plugs in). The run's state (model, optimizer, generators, step, clock) is its :attr:`state`, a
+    :class:`~tfmatcomp.training.state.RunState`; its files (lock, metrics record, checkpoints,
+    resume) are its :attr:`directory`, a :class:`~tfmatcomp.runs.run_directory.RunDirectory`.
+    Keywords are resolved into a plan once (:func:`~tfmatcomp.training.plan.plan_run`): the step
+    is the plan's.
     """
 
     def __init__(
@@ -218,12 +151,23 @@ class Trainer:
         preset: str | Preset = "tiny",
         *,
         model: HookedEncoder | HookedDecoder | None = None,
+        plan: RunPlan | None = None,
         **keywords: Any,
     ):
-        setup = RunSetup.from_keywords(preset, keywords)
-        if model is not None and setup.model_cfg is None:
-            setup = replace(setup, model_cfg=model.cfg)
-        self.model_cfg, self.task_cfg, self.train_cfg = setup.configs()
+        own_step = type(self).explicit_step is not Trainer.explicit_step
+        if plan is None:
+            plan = plan_run(preset, keywords, own_step=own_step,
+                            model_cfg=model.cfg if model is not None else None)
+        elif keywords:
+            raise TypeError(f"plan: give a plan or keywords, not both (got {sorted(keywords)})")
+        elif plan.seeds is not None:
+            raise ValueError("plan: a group's plan; give one seed's (plan.for_seed(s))")
+        elif plan.fast and own_step:
+            raise ValueError(f"plan: {type(self).__name__} takes its own step, the plan the fast "
+                             "one; plan it with own_step=True")
+        #: the run's plan, decided at the entry point
+        self.run_plan = plan
+        self.model_cfg, self.task_cfg, self.train_cfg = plan.model_cfg, plan.task_cfg, plan.train_cfg
         self.task = self.task_cfg.build()
         #: what the model kind decides: tokens, loss, logged metrics
         self.objective = objective_for(self.model_cfg)
@@ -231,133 +175,103 @@ class Trainer:
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
                              f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
-        device = setup.device
-        self.device = check_device("device", device) if device is not None else default_device()
-        self.out_dir = Path(setup.out_dir) if setup.out_dir is not None else None
-        self.overwrite = bool(setup.overwrite)
-        self._lock = rundir.RunDirLock(self.out_dir) if self.out_dir is not None else None
-        self._claimed = False
-        self._fingerprint: tuple | None = None
-        self.progress = setup.progress
+        self.device = plan.device
+        #: the run directory: lock, metrics record, checkpoints, resume (:mod:`tfmatcomp.runs`)
+        self.directory = RunDirectory(plan.out_dir, plan.overwrite)
+        self.out_dir = plan.out_dir
+        self.progress = plan.progress
         seed = self.train_cfg.seed
         if model is None:
             model = self.objective.model_class(self.model_cfg, seed=seed)
         elif model.cfg != self.model_cfg:
             raise ConfigMismatchError("model: its config differs from model_cfg")
-        self.model = model.to(self.device).train()
-        self.model.task_cfg = self.task_cfg
-        params = list(self.model.parameters())
-        own_step = type(self).explicit_step is not Trainer.explicit_step
-        #: whether the run takes the fast step, and why (``run.json``'s ``"step"``)
-        self.fast, self.step_reason = fast_step.decide(
-            self.train_cfg.fast, self.device,
-            fast_step.blocker(type(self.model), own_step, self.train_cfg.interventions, self.device),
-            getattr(self.model_cfg, "d_model", None))
+        model = model.to(self.device).train()
+        model.task_cfg = self.task_cfg
+        #: whether the run takes the fast step, and why (``run.json``'s ``"step"``): the plan's
+        self.fast, self.step_reason = plan.fast, plan.step_reason
         #: the model's parameters by name (the same objects for the whole run)
-        self._named_parameters = dict(self.model.named_parameters())
+        self._named_parameters = dict(model.named_parameters())
         #: the run's interventions during training, ready to apply (None without any)
         self.plan = TrainingPlan.for_model(
-            self.model, self.train_cfg.interventions,
+            model, self.train_cfg.interventions,
             None if self.task_cfg.mixture else (self.task_cfg.n_cols or self.task_cfg.n_rows))
         self._fast_training_step: FastTrainerStep | None = None
-        self.optimizer = torch.optim.Adam(params, lr=self.train_cfg.lr,
-                                          **({"fused": True} if self.fast else {}))
-        self.train_gen = torch.Generator(self.device).manual_seed(seed + 1)
-        self.eval_gen = torch.Generator(self.device).manual_seed(seed + 2)
-        self.step = 0
-        self.elapsed_s = 0.0
-        self.records: list[dict[str, Any]] = []
+        optimizer = torch.optim.Adam(list(model.parameters()), lr=self.train_cfg.lr,
+                                     **({"fused": True} if self.fast else {}))
+        #: the run's state: model, optimizer, generators, step, clock
+        self.state = RunState.fresh(model, optimizer, seed, self.device)
+
+    @classmethod
+    def from_plan(cls, plan: RunPlan, model: HookedEncoder | HookedDecoder | None = None) -> Trainer:
+        """The trainer of one run's ``plan`` (:mod:`tfmatcomp.training.plan`), taken as it is."""
+        return cls(model=model, plan=plan)
 
     # ------------------------------------------------------------ state
+    model = property(lambda self: self.state.model, doc="The model trained.")
+    optimizer = property(lambda self: self.state.optimizer, doc="Its Adam.")
+    train_gen = property(lambda self: self.state.train_gen, doc="The training stream's generator.")
+    eval_gen = property(lambda self: self.state.eval_gen, doc="The evaluation stream's generator.")
+
+    @property
+    def step(self) -> int:
+        """Optimizer updates so far."""
+        return self.state.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.state.step = value
+
+    @property
+    def elapsed_s(self) -> float:
+        """Training seconds so far."""
+        return self.state.elapsed_s
+
+    @elapsed_s.setter
+    def elapsed_s(self, value: float) -> None:
+        self.state.elapsed_s = value
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The metrics rows so far (the run directory's record)."""
+        return self.directory.records
+
+    @records.setter
+    def records(self, value: list[dict[str, Any]]) -> None:
+        self.directory.records = value
+
     def training_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """``(tensors, json_state)``: everything besides the weights needed to resume exactly."""
-        opt = self.optimizer.state_dict()
-        tensors: dict[str, torch.Tensor] = {
-            "rng.train": self.train_gen.get_state(), "rng.eval": self.eval_gen.get_state()}
-        for idx, st in opt["state"].items():
-            for key, value in st.items():
-                tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value)
-        if self.train_cfg.checkpoint_dtype != "float32":  # the checkpoint's weights are rounded
-            tensors.update({f"weights.{k}": v for k, v in self.model.state_dict().items()})
-        state = {"step": self.step, "elapsed_s": self.elapsed_s,
-                 "param_groups": opt["param_groups"]}
-        return tensors, state
+        return self.state.training_state(with_weights=self.train_cfg.checkpoint_dtype != "float32")
 
     def load_training_state(self, tensors: dict[str, torch.Tensor], state: dict[str, Any]) -> None:
-        opt_state: dict[int, dict[str, torch.Tensor]] = {}
-        for key, value in tensors.items():
-            if key.startswith("optimizer."):
-                _, idx, name = key.split(".", 2)
-                opt_state.setdefault(int(idx), {})[name] = value
-        # the saved groups would bring back the saved run's Adam implementation: keep this run's
-        groups = [{**saved, **{k: ours[k] for k in ("fused", "foreach") if k in ours}}
-                  for saved, ours in zip(state["param_groups"], self.optimizer.param_groups)]
-        self.optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
-        weights = {k[len("weights."):]: v for k, v in tensors.items() if k.startswith("weights.")}
-        if weights:  # float32 weights kept with the state of a half-precision checkpoint
-            self.model.load_state_dict(weights, strict=True)
-        self.train_gen.set_state(tensors["rng.train"])
-        self.eval_gen.set_state(tensors["rng.eval"])
-        self.step = int(state["step"])
-        self.elapsed_s = float(state.get("elapsed_s", 0.0))
+        self.state.load_training_state(tensors, state)
 
     # ------------------------------------------------------- run directory
     def claim(self, resuming: bool) -> None:
-        """Lock the run directory (nothing without one, or while this trainer holds it). The first
-        time, check that this run may write there: a fresh start needs an empty directory (or
-        ``overwrite``); a resume (``resuming``) first removes what a killed trainer left
-        half-written. Later, check that nobody wrote there since this trainer did.
-
-        Raises:
-            RunDirLockedError: another trainer holds the lock.
-            RunDirError: the directory cannot take this run (see :mod:`tfmatcomp.runs.rundir`).
-        """
-        if self._lock is None or self._lock.held:
-            return
-        self._lock.acquire()
-        try:
-            if not self._claimed:
-                if resuming:
-                    rundir.check_kind(self.out_dir, group=False)
-                    rundir.remove_leftovers(self.out_dir)
-                else:
-                    rundir.check_fresh(self.out_dir, self.overwrite)
-                self._claimed = True
-            elif rundir.fingerprint(self.out_dir) != self._fingerprint:
-                raise RunDirError(
-                    f"out_dir: {self.out_dir} changed since this trainer last wrote to it "
-                    "(another trainer used it); continue it with a new Trainer and resume()")
-        except BaseException:
-            self._lock.release()
-            raise
+        """Lock the run directory (:meth:`RunDirectory.claim
+        <tfmatcomp.runs.run_directory.RunDirectory.claim>`)."""
+        self.directory.claim(resuming)
 
     def close(self) -> None:
         """Release the run directory's lock (done at the end of every :meth:`run`)."""
-        if self._lock is not None and self._lock.held:
-            self._fingerprint = rundir.fingerprint(self.out_dir)
-            self._lock.release()
+        self.directory.release()
 
     def save(self, strip_older: bool = True) -> Path:
         """Write a checkpoint for the current step (with training state). Older checkpoints keep
         their weights but drop their training state (now, or later through
         :meth:`strip_older_states` when ``strip_older=False``), so disk use stays bounded."""
-        if self.out_dir is None:
-            raise ValueError("out_dir: the trainer has no run directory to save into")
-        self.claim(resuming=False)
-        path = checkpoint_path(self.out_dir, self.step)
         cfg = self.train_cfg
-        save_checkpoint(self.model, path, task_cfg=self.task_cfg, train_cfg=cfg, step=self.step,
-                        training_state=self.training_state(), dtype=cfg.checkpoint_dtype,
-                        max_shard_mb=cfg.max_shard_mb)
+        path = self.directory.save(self.step, lambda path: save_checkpoint(
+            self.model, path, task_cfg=self.task_cfg, train_cfg=cfg, step=self.step,
+            training_state=self.training_state(), dtype=cfg.checkpoint_dtype,
+            max_shard_mb=cfg.max_shard_mb))
         if strip_older:
             self.strip_older_states()
         return path
 
     def strip_older_states(self) -> None:
         """Drop the training state of every checkpoint but the current step's."""
-        for step, p in list_checkpoints(self.out_dir).items():
-            if step != self.step and has_training_state(p):
-                rundir.strip_state(p)
+        self.directory.strip_older_states(self.step)
 
     def resume(self) -> bool:
         """Continue from the latest checkpoint with usable training state.
@@ -384,33 +298,7 @@ class Trainer:
     def resume_latest(self) -> bool:
         """:meth:`resume` without dropping the training state of older checkpoints (a seed group
         resumes its seeds so, then moves them to their common step)."""
-        if self.out_dir is None:
-            raise ValueError("out_dir: resume needs a run directory")
-        self.claim(resuming=True)
-        problems = []
-        for step, path in reversed(list_checkpoints(self.out_dir, complete=False).items()):
-            if not has_training_state(path):
-                problems.append(f"{path.name} has no training state")
-                continue
-            try:
-                self.restore(path, step)
-            except ConfigMismatchError:
-                raise
-            except CheckpointError as e:
-                problems.append(str(e))
-                continue
-            if problems:
-                warnings.warn(f"out_dir: resumed {self.out_dir} from {path.name}; later "
-                              f"checkpoints were unusable ({'; '.join(problems)})", stacklevel=2)
-            return True
-        if problems:
-            raise RunDirError(
-                f"out_dir: {self.out_dir} has checkpoints but none with usable training state "
-                f"({'; '.join(problems[:3])}), so it cannot be resumed exactly. Start a new run "
-                "from a checkpoint's weights (model=load_checkpoint(...)), or pass overwrite=True "
-                "(--overwrite) to train this directory again from step 0")
-        self._restart()
-        return False
+        return self.directory.resume_latest(self.restore, self._check_recorded)
 
     def restore(self, path: Path, step: int | None = None) -> None:
         """Load the checkpoint at ``path`` (named for ``step``) with its training state and cut the
@@ -423,63 +311,27 @@ class Trainer:
         model, info = load_checkpoint_info(path, config=self.model_cfg)
         tensors, state = load_training_state(path)
         self._check_same_run(info.task_cfg, info.train_cfg, f"checkpoint {path}")
-        self._check_state(path, step if step is not None else info.step, state)
+        self.state.check_state(path, step if step is not None else info.step, state)
         missing = [k for k in ("rng.train", "rng.eval") if k not in tensors]
         if missing:
             raise CheckpointError(f"path: {path} has training state without {missing}; it cannot "
                                   "be resumed exactly")
-        with torch.no_grad():
-            for p, q in zip(self.model.parameters(), model.parameters()):
-                p.copy_(q)
+        self.state.copy_weights(model)
         try:
             self.load_training_state(tensors, state)
         except (KeyError, TypeError, RuntimeError) as e:
             raise CheckpointError(f"path: {path} has unusable training state "
                                   f"({type(e).__name__}: {e})") from None
-        self.records = rundir.cut_back(self.out_dir, self.step)
+        self.directory.cut_back(self.step)
 
-    def _check_state(self, path: Path, step: int | None, state: dict[str, Any]) -> None:
-        """Refuse a training state that disagrees with its checkpoint's step or with this run's
-        optimizer settings, before anything is changed or deleted.
-
-        Raises:
-            RunDirError: ``state.json``'s step is not the checkpoint's.
-            ConfigMismatchError: its learning rate or Adam settings are not this run's.
-        """
-        saved = state.get("step")
-        if not isinstance(saved, int) or isinstance(saved, bool) or (step is not None and saved != step):
-            raise RunDirError(f"out_dir: {path / STATE_FILE} says step {saved!r} but the checkpoint "
-                              f"is step {step}; refusing to resume from it (nothing was removed)")
-        groups = state.get("param_groups")
-        if not isinstance(groups, list) or len(groups) != len(self.optimizer.param_groups):
-            raise RunDirError(f"out_dir: {path / STATE_FILE} holds {type(groups).__name__} "
-                              f"param_groups; expected {len(self.optimizer.param_groups)}")
-        for group, ours in zip(groups, self.optimizer.param_groups):
-            for key in ("lr", "betas", "eps", "weight_decay", "amsgrad"):
-                theirs = group.get(key) if isinstance(group, dict) else None
-                mine = ours[key]
-                if (list(theirs) if isinstance(theirs, (list, tuple)) else theirs) != (
-                        list(mine) if isinstance(mine, tuple) else mine):
-                    raise ConfigMismatchError(
-                        f"{'lr' if key == 'lr' else 'optimizer'}: {path / STATE_FILE} records "
-                        f"Adam {key} {theirs!r}, this run has {mine!r}; resuming would not continue "
-                        "the same trajectory")
-
-    def _restart(self) -> None:
-        """Resume at step 0: the directory holds at most the start of this very run."""
-        foreign = rundir.foreign_entries(self.out_dir)
-        if foreign:
-            raise RunDirError(f"out_dir: {self.out_dir} holds files that no run writes "
-                              f"({foreign[:6]}) and no checkpoint; choose another directory")
-        recorded = rundir.run_configs(self.out_dir)
-        if recorded is not None:
-            model_cfg, task_cfg, train_cfg = recorded
-            source = str(self.out_dir / RUN_FILE)
-            if model_cfg != self.model_cfg:
-                raise ConfigMismatchError(f"model_cfg: {source} records another model config "
-                                          f"({model_cfg})")
-            self._check_same_run(task_cfg, train_cfg, source)
-        self.records = rundir.cut_back(self.out_dir, 0)
+    def _check_recorded(self, recorded: tuple) -> None:
+        """A directory without checkpoints holds at most the start of this very run."""
+        model_cfg, task_cfg, train_cfg = recorded
+        source = str(self.out_dir / RUN_FILE)
+        if model_cfg != self.model_cfg:
+            raise ConfigMismatchError(f"model_cfg: {source} records another model config "
+                                      f"({model_cfg})")
+        self._check_same_run(task_cfg, train_cfg, source)
 
     def _check_same_run(self, task_cfg: TaskConfig | None, train_cfg: TrainConfig | None,
                         source: str) -> None:
@@ -497,13 +349,7 @@ class Trainer:
     def open_log(self):
         """Create the run directory, write ``run.json`` and open the metrics log for appending
         (None without a run directory)."""
-        if self.out_dir is None:
-            return None
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        # replaced, never opened: a fifo or a symlink to a device there cannot block or leak
-        rundir.write_atomic(self.out_dir / RUN_FILE, json.dumps(self.run_info(), indent=2,
-                                                                   sort_keys=True))
-        return open(self.out_dir / METRICS_FILE, "a")
+        return self.directory.open_log(self.run_info())
 
     def run_info(self) -> dict[str, Any]:
         """What ``run.json`` records about this run."""
@@ -521,11 +367,7 @@ class Trainer:
         record.update({f"train_{k}": float(v) for k, v in train.items()})
         record.update({f"eval_{k}": float(v) for k, v in evaluation.items()})
         record["elapsed_s"] = round(self.elapsed_s, 3)
-        self.records.append(record)
-        if log_file is not None:
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-        return record
+        return self.directory.append(record, log_file)
 
     def checkpoint_due(self, step: int) -> bool:
         """True when the schedule asks for a checkpoint at ``step``."""
@@ -656,7 +498,7 @@ class Trainer:
 def train(preset: str | Preset = "tiny", *, resume: bool = False, **keywords: Any) -> TrainResult:
     """Train a :class:`HookedEncoder` (or, with a :class:`DecoderConfig` / the ``gpt-tiny``
     preset, a :class:`HookedDecoder` on the GPT variant) on matrix completion (``keywords``: those
-    of :class:`Trainer`, i.e. :class:`RunSetup`'s fields, ``model`` and
+    of :class:`Trainer`, i.e. :class:`~tfmatcomp.training.plan.RunSetup`'s fields, ``model`` and
     :class:`TrainConfig` fields).
 
     With ``resume=True`` and an ``out_dir`` holding checkpoints, training continues from the latest
@@ -673,8 +515,10 @@ def train(preset: str | Preset = "tiny", *, resume: bool = False, **keywords: An
         >>> r.step, sorted(c for c in r.metrics.columns if c.startswith("eval_"))[:2]
         (10, ['eval_L', 'eval_L_mask'])
     """
-    check_resume_overwrite(resume, RunSetup.from_keywords(preset, keywords).overwrite)
-    return resume_and_run(Trainer(preset, **keywords), resume)
+    model = keywords.pop("model", None)
+    plan = plan_run(preset, keywords, resume=resume,
+                    model_cfg=model.cfg if model is not None else None)
+    return resume_and_run(Trainer.from_plan(plan, model), resume)
 
 
 def read_metrics(path: str | os.PathLike) -> pd.DataFrame:

@@ -24,7 +24,8 @@ import pandas as pd
 import torch
 
 from tfmatcomp.models.encoder import HookedEncoder
-from tfmatcomp.config import Freeze, Reinitialize
+from tfmatcomp.models.objectives import model_kind
+from tfmatcomp.interventions.during_training import Freeze, Reinitialize
 from tfmatcomp.models.param_groups import group_parameter_names
 from tfmatcomp.validation import is_int
 
@@ -54,7 +55,7 @@ def reinitialize_component(
         >>> torch.equal(r.embed.W_E, m.embed.W_E), torch.equal(r.blocks[0].mlp.W_in, m.blocks[0].mlp.W_in)
         (True, False)
     """
-    if not isinstance(model, HookedEncoder):
+    if model_kind(model) != "encoder":
         raise ValueError(f"model: expected a HookedEncoder, got {type(model).__name__}")
     names = set(group_parameter_names(model, group))
     if not names:
@@ -76,7 +77,7 @@ def reinitialize_component(
 
 
 def _load_source(source, task_cfg, train_cfg):
-    if isinstance(source, HookedEncoder):
+    if model_kind(source) == "encoder":
         return source, task_cfg, train_cfg
     if isinstance(source, (str, os.PathLike)):
         from tfmatcomp.runs.checkpoint import load_checkpoint_info

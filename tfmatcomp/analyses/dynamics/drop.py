@@ -54,6 +54,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.ndimage import median_filter
 
 __all__ = ["DropResult", "detect_drop", "summarize_drops"]
 
@@ -125,12 +126,11 @@ def _steps_and_losses(data, losses, column: str, step_column: str):
 
 
 def _median_filter(y: np.ndarray, window: int) -> np.ndarray:
+    """The running median of ``window`` points centred on each point, the ends repeated
+    (unchanged when ``window`` is 1 or longer than ``y``)."""
     if window <= 1 or len(y) < window:
         return y
-    half = window // 2
-    padded = np.pad(y, half, mode="edge")
-    view = np.lib.stride_tricks.sliding_window_view(padded, window)
-    return np.median(view, axis=1)
+    return median_filter(y, size=window, mode="nearest")
 
 
 def _grid_fit(t: np.ndarray, y: np.ndarray, widths: np.ndarray, centers: np.ndarray):

@@ -83,6 +83,7 @@ from torch import Tensor
 
 from tfmatcomp.datapath import TaskLike, sample_batch
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.models.param_groups import canonical_group, group_parameter_names
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.metrics import mse
@@ -387,7 +388,7 @@ def llc(
         >>> r.groups, len(r.llc_per_chain), tuple(r.trace.shape)
         (('mlp',), 2, (2, 50))
     """
-    if not isinstance(model, HookedEncoder):
+    if model_kind(model) != "encoder":
         raise ValueError(f"model: the LLC of the training loss L is defined here for a "
                          f"HookedEncoder, got {type(model).__name__}")
     settings = _check_settings(settings)

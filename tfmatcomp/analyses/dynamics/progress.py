@@ -59,6 +59,7 @@ from tfmatcomp.datapath import loss_values, run_chunked
 from tfmatcomp.decomposition import decompose
 from tfmatcomp.geometry import screenot
 from tfmatcomp.models.encoder import HookedEncoder
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.models.hook_names import pattern_hook_names, residual_stream_names
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.masks import row_column_mass
@@ -73,7 +74,7 @@ Measure = Callable[[HookedEncoder, MatrixBatch], "float | dict[str, float]"]
 
 
 def _check_encoder(model) -> None:
-    if not isinstance(model, HookedEncoder):
+    if model_kind(model) != "encoder":
         raise ValueError(f"model: the progress measures are defined for a HookedEncoder (the "
                          f"sequence is the matrix), got {type(model).__name__}")
 

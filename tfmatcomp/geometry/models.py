@@ -15,7 +15,7 @@ read at TransformerLens's hook names and computed by the models' own components:
 * **A tfmatcomp HookedDecoder checkpoint** (a checkpoint directory, its ``model.safetensors``, or a
   run directory, as :func:`~tfmatcomp.save_checkpoint` and the trainers write them): a
   :class:`DecoderGeometry`. Its tokenizer comes from the checkpoint's metadata (a
-  :class:`~tfmatcomp.song_zhong.lm.CharTokenizer` saved by :func:`~tfmatcomp.song_zhong.lm.train_lm`).
+  :class:`~tfmatcomp.training.lm.CharTokenizer` saved by :func:`~tfmatcomp.training.lm.train_lm`).
 
 :class:`DecoderGeometry` reads a pre-LN decoder as the paper did: the stream is
 ``blocks.{l}.hook_resid_pre`` for ``l < L`` and the output of ``ln_final`` for ``L`` (transformers'
@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from tfmatcomp.decomposition import Decomposition, DecompositionAccumulator, accumulate
 from tfmatcomp.geometry.qk import QKComponents, full_pos, qk_components, qk_decomposition
 from tfmatcomp.models.components.attention import future_mask
+from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.validation import MAX_JSON_BYTES, check_int_in_range, read_json_bounded
 
 __all__ = ["GeometryModel", "EncoderGeometry", "DecoderGeometry", "load_geometry_model"]
@@ -174,9 +175,7 @@ class DecoderGeometry(_HookedWeights, GeometryModel):
             "contexts; W_Q, W_K, b_Q, b_K are the block's own.")
 
     def __init__(self, model: nn.Module, family: str = "decoder"):
-        from tfmatcomp.models.decoder import HookedDecoder
-
-        if not isinstance(model, HookedDecoder):
+        if model_kind(model) != "decoder":
             raise ValueError(f"model: expected a tfmatcomp HookedDecoder, got {type(model).__name__}")
         self.module = model
         self.family = family
@@ -292,18 +291,17 @@ def check_model_files(path: Path) -> None:
 
 def _load_checkpoint_model(p: Path) -> tuple[GeometryModel, Any]:
     from tfmatcomp.runs.checkpoint import load_checkpoint_info
-    from tfmatcomp.models.decoder import HookedDecoder
-    from tfmatcomp.song_zhong.lm import tokenizer_from_metadata
+    from tfmatcomp.training.lm import tokenizer_from_metadata
 
     model, info = load_checkpoint_info(p)
-    if not isinstance(model, HookedDecoder):
+    if model_kind(model) != "decoder":
         raise ValueError(f"model_dir: {str(p)!r} holds a HookedEncoder checkpoint (a matrix-completion "
                          "model: see `tfmatcomp report`); the geometry command reads HookedDecoder "
                          "checkpoints and transformers directories")
     tokenizer = tokenizer_from_metadata(info.metadata)
     if tokenizer is None:
         raise ValueError(f"model_dir: the checkpoint {str(info.path)!r} records no tokenizer in its "
-                         "metadata (train it with tfmatcomp.song_zhong.lm.train_lm, or save it with "
+                         "metadata (train it with tfmatcomp.training.lm.train_lm, or save it with "
                          "metadata={'tokenizer': CharTokenizer(...).to_dict()})")
     return DecoderGeometry(model.eval(), family=str(info.metadata.get("family", "decoder"))), tokenizer
 

@@ -1,15 +1,15 @@
 """``tfmatcomp geometry MODEL_DIR TEXT -o geometry.html``: Song & Zhong's whole picture of a local model.
 
-:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.song_zhong.models.load_geometry_model`),
+:func:`run_geometry` loads a local BERT or GPT-2 (:func:`~tfmatcomp.geometry.models.load_geometry_model`),
 cuts the text into ``C`` contexts of ``T`` tokens labelled by document
-(:mod:`~tfmatcomp.song_zhong.corpus`), streams the decomposition of every layer with a progress bar
+(:mod:`~tfmatcomp.task.corpus`), streams the decomposition of every layer with a progress bar
 (:func:`~tfmatcomp.decomposition.accumulate`; memory ``O(L (T + C) d + L d^2)``), takes a second pass
 on a few contexts for ``cvec`` / ``resid``, and writes one self-contained HTML page with the report's
 renderer. As the paper (Appendix A.3) the first token is dropped (``drop_first=1``): it acts as a
 null token that draws most attention and distorts the geometry.
 
 Example:
-    >>> from tfmatcomp.song_zhong.command import SECTIONS
+    >>> from tfmatcomp.report.geometry import SECTIONS
     >>> list(SECTIONS)
     ['table1', 'pca', 'gram', 'clusters', 'qk', 'theory', 'induction']
 """
@@ -18,29 +18,39 @@ from __future__ import annotations
 
 import math
 import os
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pandas as pd
 import torch
 
+from tfmatcomp.analyses.training_format import pydoc_data, small_gpt_config
 from tfmatcomp.decomposition import Decomposition
-from tfmatcomp.song_zhong import paper
+from tfmatcomp.geometry import reference as paper
 from tfmatcomp.geometry.clusters import compactness_table, label_similarity_matrix
-from tfmatcomp.song_zhong.corpus import Contexts, Document, cut_contexts, read_documents
-from tfmatcomp.song_zhong.induction import induction_study
-from tfmatcomp.song_zhong.models import GeometryModel, load_geometry_model
+from tfmatcomp.geometry.induction import induction_study
+from tfmatcomp.geometry.models import GeometryModel, load_geometry_model
 from tfmatcomp.geometry.qk import rotated_wqk
 from tfmatcomp.geometry.similarity import incoherence
 from tfmatcomp.geometry.summary import summary_table
 from tfmatcomp.geometry.theory import (factorization_errors, matched_inputs, positional_projection,
                                        theorem1_table)
+from tfmatcomp.plotting.decomposition import gram_figure, pos_pca_figure, qk_figure, spectrum_figure
+from tfmatcomp.plotting.geometry import (induction_figure, label_similarity_figure,
+                                         layer_measurements_figure, rotated_wqk_figure,
+                                         theorem1_figure, theorem2_figure)
+from tfmatcomp.report.build import compute_sections
+from tfmatcomp.report.render import page, template
 from tfmatcomp.report.sections import Section
+from tfmatcomp.training.lm import text_sampler, train_lm
+from tfmatcomp.task.corpus import Contexts, Document, cut_contexts, read_documents
 from tfmatcomp.validation import check_int_in_range, check_positive_int, check_seed, writable_output
 
-__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "SECTIONS"]
+__all__ = ["GeometryContext", "GeometryReport", "run_geometry", "table1_row", "nanogpt_experiment",
+           "SECTIONS"]
 
 
 @dataclass
@@ -93,8 +103,6 @@ def table1_row(table: pd.DataFrame, label: str, corpus: str) -> dict[str, Any]:
 
 
 def _table1(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.geometry import layer_measurements_figure
-
     table = g.summary
     ours = table1_row(table, f"{g.model.family} (ours)", Path(g.text).name)
     small_decoder = g.model.causal and g.model.family != "gpt2"  # e.g. a character-level GPT
@@ -122,8 +130,6 @@ def _table1(g: GeometryContext, s: Section) -> None:
 
 
 def _pca(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import pos_pca_figure
-
     stream = {k: g.residuals[k] for k in g.model.stream_keys}
     s.items.append(pos_pca_figure(stream))
     s.text = ("Fig. 1: each layer's positional basis pos_t (blue, darker = later) and random cvec "
@@ -132,8 +138,6 @@ def _pca(g: GeometryContext, s: Section) -> None:
 
 
 def _gram(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import gram_figure, spectrum_figure
-
     key = g.model.stream_keys[g.layer]
     s.items += [gram_figure(g.stream[key], g.contexts.labels), spectrum_figure(g.residuals[key])]
     s.text = (f"Figs. 2-3 at layer {g.layer} ({key}): the normalized Gram matrix of [pos; ctx] with "
@@ -144,8 +148,6 @@ def _gram(g: GeometryContext, s: Section) -> None:
 
 
 def _clusters(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.geometry import label_similarity_figure
-
     keys = g.model.stream_keys
     picks = sorted({0, g.layer, len(keys) - 1})
     mats = {f"layer {i}": label_similarity_matrix(g.stream[keys[i]].ctx, g.contexts.labels)
@@ -161,9 +163,6 @@ def _clusters(g: GeometryContext, s: Section) -> None:
 
 
 def _qk(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import qk_figure
-    from tfmatcomp.plotting.geometry import rotated_wqk_figure
-
     key = g.model.attention_input_keys[g.layer]
     dec = g.attention_inputs[key]
     qk = g.model.qk(g.contexts.tokens[:1], g.layer, dec)
@@ -184,8 +183,6 @@ def _qk(g: GeometryContext, s: Section) -> None:
 
 
 def _theory(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.geometry import theorem1_figure, theorem2_figure
-
     keys = g.model.stream_keys
     picks = sorted({0, g.layer, len(keys) - 1})
     tables = {f"layer {i}": theorem1_table(g.stream[keys[i]].pos) for i in picks}
@@ -217,9 +214,6 @@ def _theory(g: GeometryContext, s: Section) -> None:
 
 
 def _induction(g: GeometryContext, s: Section) -> None:
-    from tfmatcomp.plotting.decomposition import qk_figure
-    from tfmatcomp.plotting.geometry import induction_figure
-
     inputs = {l: g.attention_inputs[k] for l, k in enumerate(g.model.attention_input_keys)}
     prefix = g.contexts.tokens[0, :g.drop_first].tolist()  # as the contexts start (BERT: [CLS])
     limit = _max_positions(g.model)  # the paper's period 8, shorter when 3 copies would not fit
@@ -287,10 +281,10 @@ def run_geometry(
     Args:
         model_dir: a local transformers directory (``bert`` or ``gpt2`` model type, with tokenizer),
             or a tfmatcomp HookedDecoder checkpoint (directory, ``model.safetensors`` or run
-            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.song_zhong.lm.train_lm`
+            directory) whose metadata records its tokenizer (as :func:`~tfmatcomp.training.lm.train_lm`
             writes it).
         text: a text file (documents separated by blank lines), a directory (one document per
-            file), or a list of :class:`~tfmatcomp.song_zhong.corpus.Document` objects.
+            file), or a list of :class:`~tfmatcomp.task.corpus.Document` objects.
         out: the HTML file to write.
         n_contexts: ``C``, contexts of the first pass (fewer if the text is short).
         n_positions: ``T``, tokens per context (at most the model's maximum).
@@ -357,17 +351,14 @@ def run_geometry(
                             head=head, model_dir=str(model_dir), text=text_label,
                             drop_first=drop_first, seed=seed,
                             summary=summary_table(list(stream.values()), contexts.labels))
-        from tfmatcomp.report.build import compute_sections
-        from tfmatcomp.report.render import page
 
         done = compute_sections(g, keys, progress, SECTIONS)
         n_params = sum(p.numel() for p in gm.module.parameters())
-        header = (f"<p class='meta'>model <code>{model_dir}</code> ({gm.family}, {gm.n_layers} layers "
-                  f"x {gm.n_heads} heads, {n_params:,} parameters); text <code>{text_label}</code>: "
-                  f"{contexts.n_contexts} contexts of {contexts.n_positions} tokens from "
-                  f"{len(contexts.names)} document(s), second pass on {len(rows)} contexts; first "
-                  f"{drop_first} token(s) dropped; built in {time.perf_counter() - t0:.0f} s. "
-                  "Layers and heads are 0-based.</p>")
+        header = template("geometry_header.html.j2").render(
+            model_dir=str(model_dir), family=gm.family, n_layers=gm.n_layers, n_heads=gm.n_heads,
+            n_params=n_params, text=text_label, n_contexts=contexts.n_contexts,
+            n_positions=contexts.n_positions, n_documents=len(contexts.names), n_second=len(rows),
+            drop_first=drop_first, seconds=time.perf_counter() - t0)
         out_path.write_text(page("tfmatcomp geometry", header, done), encoding="utf-8")
     return GeometryReport(path=out_path, sections=done, summary=g.summary,
                           forward_seconds=forward_seconds)
@@ -375,8 +366,6 @@ def run_geometry(
 
 def _cat(parts: list[Decomposition]) -> Decomposition:
     """Second-pass decompositions of consecutive chunks, as one."""
-    from dataclasses import replace
-
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
@@ -385,3 +374,62 @@ def _cat(parts: list[Decomposition]) -> Decomposition:
     counts = None if first.ctx_counts is None else cat("ctx_counts")
     return replace(first, ctx=cat("ctx"), resid=cat("resid"), mask=mask, ctx_counts=counts,
                    n_contexts=sum(p.ctx.shape[0] for p in parts))
+
+
+# ------------------------------------------------------------------ Table 1's NanoGPT row
+def nanogpt_experiment(
+    *,
+    n_positions: int = 128,
+    n_layers: int = 3,
+    d_model: int = 96,
+    n_heads: int = 4,
+    n_steps: int = 1200,
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    seed: int = 0,
+    n_contexts: int = 256,
+    n_second: int = 32,
+    max_documents: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+    report: str | os.PathLike | None = None,
+    sections: list[str] | None = None,
+) -> dict[str, Any]:
+    """Table 1's NanoGPT row: a character-level GPT trained on the pydoc corpus with
+    :func:`~tfmatcomp.training.lm.train_lm`, then measured by
+    :func:`run_geometry` on the same corpus (topics as cluster labels,
+    first token dropped).
+
+    Returns:
+        ``{"row": Table 1's row (mean (std) over layers), "summary": the per-layer table,
+        "metrics": the training log, "seconds": training seconds, "report": the page's path,
+        "path": the checkpoint}``. The page goes to ``report`` (default a temporary file, or
+        ``out_dir/nanogpt.html``); the run to ``out_dir/nanogpt`` (default a temporary directory).
+
+    Example:
+        >>> r = nanogpt_experiment(n_positions=16, n_layers=1, d_model=16, n_heads=2, n_steps=2,
+        ...                        batch_size=4, n_contexts=8, n_second=4, max_documents=3,
+        ...                        sections=["table1"])
+        >>> r["row"]["model"]
+        'char-gpt (ours)'
+    """
+    tok, stream, docs = pydoc_data(max_documents)
+    tmp = None
+    if out_dir is None:
+        tmp = tempfile.TemporaryDirectory()
+        out_dir = tmp.name
+    try:
+        cfg = small_gpt_config(n_layers, d_model, n_heads, n_positions, tok.vocab_size)
+        t0 = time.perf_counter()
+        run = train_lm(cfg, text_sampler(stream, n_positions), tokenizer=tok, n_steps=n_steps,
+                       batch_size=batch_size, lr=lr, seed=seed, log_every=max(1, n_steps // 10),
+                       out_dir=Path(out_dir) / "nanogpt", metadata={"family": "char-gpt"})
+        seconds = time.perf_counter() - t0
+        page = Path(report) if report is not None else Path(out_dir) / "nanogpt.html"
+        geo = run_geometry(run.path, docs, page, n_contexts=n_contexts, n_positions=n_positions,
+                           n_second=n_second, sections=sections, progress=False)
+        row = table1_row(geo.summary, "char-gpt (ours)", "pydoc topics")
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return {"row": row, "summary": geo.summary, "metrics": run.metrics, "seconds": seconds,
+            "report": page if tmp is None else None, "path": run.path if tmp is None else None}

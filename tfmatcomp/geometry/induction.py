@@ -2,7 +2,7 @@
 
 A sequence of ``n_tokens`` random tokens is repeated (``n_copies`` copies in a row) and run through
 the model; every head's scores are split into the four QK components of eq. 7 (pos-pos, pos-cvec,
-cvec-pos, cvec-cvec; :meth:`~tfmatcomp.song_zhong.models.GeometryModel.qk`, with ``pos`` and ``mu``
+cvec-pos, cvec-cvec; :meth:`~tfmatcomp.geometry.models.GeometryModel.qk`, with ``pos`` and ``mu``
 from a decomposition of that layer's attention input over real text). The paper names three head
 types that make up induction, each read off the attention pattern at queries in the repeats
 (``i >= period``):
@@ -173,7 +173,7 @@ def induction_study(
     """Song & Zhong Section 4.1 on ``model``: QK components and head types on repeated random tokens.
 
     Args:
-        model: a :class:`~tfmatcomp.song_zhong.models.GeometryModel` (BERT or GPT-2 family).
+        model: a :class:`~tfmatcomp.geometry.models.GeometryModel` (BERT or GPT-2 family).
         attention_inputs: ``{layer: Decomposition}`` of each block's attention input over real
             text (``pos`` and ``mu``; e.g. the geometry command's first pass). Layers missing
             here are skipped.

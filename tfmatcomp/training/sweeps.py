@@ -41,9 +41,10 @@ from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.runs.checkpoint import list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig
 from tfmatcomp.runs.layout import METRICS_FILE, SWEEP_FILE, seed_dir
-from tfmatcomp.training.multiseed import parse_seeds, train_many
+from tfmatcomp.training.multiseed import run_group
 from tfmatcomp.training.loop import check_resume_overwrite
-from tfmatcomp.training.trainer import RunSetup, read_metrics
+from tfmatcomp.training.plan import RunSetup, parse_seeds, plan_configs
+from tfmatcomp.training.trainer import read_metrics
 
 __all__ = ["SweepConfig", "SweepResult", "ALIASES", "DEFAULT_GRID", "PAPER_GRIDS", "expand_grid",
            "sweep", "read_sweep", "sweep_table"]
@@ -257,9 +258,10 @@ def sweep(grid: Mapping[str, Sequence[Any]], preset: str | Preset = "tiny", *,
         seeds: the seeds of every configuration, trained together (``"0-3"``, ``[0, 1]``, 2).
         resume: continue unfinished runs in ``out_dir`` and skip finished ones (default). With
             ``resume=False`` a configuration whose directory holds a run is refused.
-        keywords: the fields of :class:`~tfmatcomp.training.trainer.RunSetup` and
+        keywords: the fields of :class:`~tfmatcomp.training.plan.RunSetup` and
             :class:`~tfmatcomp.TrainConfig` fields (``n_steps=``, ``lr=``, ...), as
-            :func:`tfmatcomp.train_many` takes them, except that ``out_dir`` is the sweep
+            :func:`tfmatcomp.train_many` takes them (the preset is read once, and each configuration
+            trained from its plan: :mod:`tfmatcomp.training.plan`), except that ``out_dir`` is the sweep
             directory: configuration ``c`` writes ``out_dir/<c.name>/seed-{s}`` (None trains in
             memory); ``overwrite`` trains every configuration again from step 0.
 
@@ -270,8 +272,8 @@ def sweep(grid: Mapping[str, Sequence[Any]], preset: str | Preset = "tiny", *,
     check_resume_overwrite(resume, setup.overwrite)
     if "seed" in setup.train_overrides:
         raise ValueError("seed: give the seeds with seeds=..., not seed=")
-    configs = expand_grid(grid, preset, model_cfg=setup.model_cfg, task_cfg=setup.task_cfg,
-                          train_cfg=setup.train_cfg, **setup.train_overrides)
+    model_cfg, task_cfg, train_cfg = setup.configs()  # the one reading of the preset
+    configs = expand_grid(grid, model_cfg=model_cfg, task_cfg=task_cfg, train_cfg=train_cfg)
     seed_list = parse_seeds(seeds)
     root = Path(setup.out_dir) if setup.out_dir is not None else None
     name = preset if isinstance(preset, str) else preset.name
@@ -285,11 +287,10 @@ def sweep(grid: Mapping[str, Sequence[Any]], preset: str | Preset = "tiny", *,
         if run is not None and resume and _finished(run, seed_list, c.train_cfg.n_steps):
             logs = {s: read_metrics(seed_dir(run, s)) for s in seed_list}
         else:
-            result = train_many(preset, seeds=seed_list, model_cfg=c.model_cfg, task_cfg=c.task_cfg,
-                                train_cfg=c.train_cfg, out_dir=run, device=setup.device,
-                                resume=resume and run is not None, overwrite=setup.overwrite,
-                                progress=setup.progress)
-            logs = {s: r.metrics for s, r in result}
+            plan = plan_configs(c.model_cfg, c.task_cfg, c.train_cfg, device=setup.device,
+                                seeds=seed_list, out_dir=run, resume=resume and run is not None,
+                                overwrite=setup.overwrite, progress=setup.progress)
+            logs = {s: r.metrics for s, r in run_group(plan)}
         for s, log in logs.items():
             frames.append(log.assign(**c.values, seed=s,
                                      run_dir=str(seed_dir(run, s)) if run is not None else None))

@@ -1,8 +1,8 @@
 """Song & Zhong Section 5 ("why training format matters") on small decoders that train on a CPU.
 
 Three experiments, each a function that trains :class:`~tfmatcomp.HookedDecoder` models with
-:func:`~tfmatcomp.song_zhong.lm.train_lm` and measures their positional basis with the geometry
-command's machinery (:class:`~tfmatcomp.song_zhong.models.DecoderGeometry`, the streaming
+:func:`~tfmatcomp.training.lm.train_lm` and measures their positional basis with the geometry
+command's machinery (:class:`~tfmatcomp.geometry.models.DecoderGeometry`, the streaming
 decomposition, :func:`~tfmatcomp.geometry.summary.summary_table`):
 
 * **Addition** (Section 5.2, Appendix E): strings ``a+b=c$`` with ``c`` written reversed (Lee et al.),
@@ -18,13 +18,12 @@ decomposition, :func:`~tfmatcomp.geometry.summary.summary_table`):
   (:func:`randomized_sampler`), each measured on the three kinds of input. The paper: randomization
   destroys the positional basis's structure exactly where it takes place.
 * **NanoGPT** (Table 1's first row): a character-level GPT trained on the offline pydoc corpus
-  (:func:`~tfmatcomp.song_zhong.lm.pydoc_documents`), measured as the geometry command measures any
-  model (:func:`nanogpt_experiment`).
+  (:func:`~tfmatcomp.training.lm.pydoc_documents`), measured as the geometry command measures any
+  model (:func:`tfmatcomp.report.geometry.nanogpt_experiment`, beside the command).
 
-Smoothness of a positional basis is read two ways (:func:`positional_profile`): the mean cosine
-between neighbouring positions ``cos(pos_t, pos_{t+1})`` (near 1 for a smooth curve) and the share
-of the normalized Gram matrix's 2-D DCT energy in the lowest ``ceil(T/8)`` frequencies (constant
-term left out; Fig. 3 right).
+Smoothness of a positional basis is read by
+:func:`~tfmatcomp.geometry.positional.positional_profile` (the measurements live in
+:mod:`tfmatcomp.geometry.positional`).
 
 ``scripts/section5.py`` runs all three at the sizes docs/geometry.md reports.
 
@@ -38,7 +37,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -53,19 +51,14 @@ from torch import Tensor
 
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder
-from tfmatcomp.decomposition import Decomposition
-from tfmatcomp.geometry.fourier import gram_dct, low_frequency_energy
-from tfmatcomp.song_zhong.lm import (CharTokenizer, Sampler, encode_documents, pydoc_documents,
+from tfmatcomp.training.lm import (CharTokenizer, Sampler, encode_documents, pydoc_documents,
                                    text_sampler, train_lm)
-from tfmatcomp.song_zhong.models import DecoderGeometry
-from tfmatcomp.geometry.similarity import cosine_matrix
-from tfmatcomp.geometry.summary import summary_table
+from tfmatcomp.geometry.positional import positional_table
 from tfmatcomp.validation import check_in_range, check_int_in_range, check_positive_int
 
 __all__ = ["ADDITION_TOKENIZER", "AdditionTask", "answer_accuracy", "addition_accuracy",
-           "positional_profile", "positional_table", "randomize_tokens", "randomized_sampler",
-           "addition_experiment", "randomization_experiment", "nanogpt_experiment",
-           "RANDOMIZATION_SETTINGS"]
+           "randomize_tokens", "randomized_sampler", "addition_experiment",
+           "randomization_experiment", "small_gpt_config", "pydoc_data", "RANDOMIZATION_SETTINGS"]
 
 #: Digits, ``+``, ``=``, ``$`` (end of the answer) and ``#`` (padding after it).
 ADDITION_TOKENIZER = CharTokenizer("0123456789+=$#")
@@ -153,7 +146,7 @@ class AdditionTask:
         return tokens, weights
 
     def sampler(self) -> Sampler:
-        """The training distribution as a :data:`~tfmatcomp.song_zhong.lm.Sampler`."""
+        """The training distribution as a :data:`~tfmatcomp.training.lm.Sampler`."""
         return lambda batch_size, generator: self.sample(batch_size, generator)
 
 
@@ -213,69 +206,6 @@ def addition_accuracy(model: HookedDecoder, task: AdditionTask, *, n: int = 256,
     return pd.DataFrame(rows)
 
 
-# ------------------------------------------------------------------- positional measurements
-def positional_profile(decomposition: Decomposition, positions: slice | None = None) -> dict[str, float]:
-    """How smooth a positional basis is: ``adjacent_cos`` (mean ``cos(pos_t, pos_{t+1})``) and
-    ``low_freq_energy`` (share of the normalized Gram matrix's DCT energy, constant term left out,
-    in the lowest ``ceil(T/8)`` frequencies), over ``positions`` (default all).
-
-    Example:
-        >>> import math, torch
-        >>> from tfmatcomp.decomposition import decompose
-        >>> t = torch.arange(32.0)[:, None]
-        >>> smooth = torch.cat([torch.cos(math.pi * t / 32), torch.sin(math.pi * t / 32)], 1)
-        >>> h = smooth[None] + 0.01 * torch.randn(16, 32, 2, generator=torch.Generator().manual_seed(0))
-        >>> p = positional_profile(decompose(h))
-        >>> p["adjacent_cos"] > 0.9, p["low_freq_energy"] > 0.9
-        (True, True)
-    """
-    pos = decomposition.pos if positions is None else decomposition.pos[positions]
-    T = pos.shape[0]
-    if T < 3:
-        raise ValueError(f"positions: need at least 3 positions, got {T}")
-    cos = cosine_matrix(pos, pos)
-    k = max(2, math.ceil(T / 8))
-    return {"adjacent_cos": float(cos.diagonal(1).mean()),
-            "low_freq_energy": low_frequency_energy(gram_dct(pos), k, include_dc=False)}
-
-
-@torch.no_grad()
-def positional_table(model: HookedDecoder, batches: Sequence[Tensor], *, drop_first: int = 1,
-                     halves: bool = False) -> pd.DataFrame:
-    """Per layer of the residual stream: Table 1's positional columns (``rank_estimate``,
-    ``stable_rank``, ``relative_norm``) and :func:`positional_profile`, with the first
-    ``drop_first`` positions dropped (Appendix A.3).
-
-    Args:
-        model: the decoder.
-        batches: token batches ``[batch, T]`` (e.g. from a task's sampler).
-        drop_first: leading positions dropped.
-        halves: also the profile of each half of the positions (``*_first_half``,
-            ``*_second_half``; Section 5.1's partial randomization changes the second).
-
-    Example:
-        >>> import tfmatcomp as tm
-        >>> model = tm.HookedDecoder(tm.DecoderConfig(n_layers=1, n_heads=2, d_model=16, d_mlp=32,
-        ...                                           n_ctx=12, d_vocab=10))
-        >>> tokens = torch.randint(0, 10, (16, 12), generator=torch.Generator().manual_seed(0))
-        >>> positional_table(model, [tokens]).columns.tolist()[:4]
-        ['layer', 'rank_estimate', 'stable_rank', 'relative_norm']
-    """
-    gm = DecoderGeometry(model)
-    acc = gm.accumulate(list(batches), drop_first=drop_first, progress=False, total=None)
-    stream = [acc.result(k) for k in gm.stream_keys]
-    table = summary_table(stream)[["layer", "rank_estimate", "stable_rank", "relative_norm"]]
-    rows = []
-    for dec in stream:
-        row = positional_profile(dec)
-        if halves:
-            T = dec.pos.shape[0]
-            for name, part in (("first_half", slice(0, T // 2)), ("second_half", slice(T // 2, T))):
-                row.update({f"{k}_{name}": v for k, v in positional_profile(dec, part).items()})
-        rows.append(row)
-    return pd.concat([table.reset_index(drop=True), pd.DataFrame(rows)], axis=1)
-
-
 # ---------------------------------------------------------------------- token randomization
 def randomize_tokens(tokens: Int[Tensor, "batch pos"], keep: float, vocab_size: int,
                      generator: torch.Generator) -> Int[Tensor, "batch pos"]:
@@ -298,7 +228,7 @@ def randomized_sampler(sampler: Sampler, keep: float, vocab_size: int) -> Sample
     """``sampler``'s windows passed through :func:`randomize_tokens` (same generator).
 
     Example:
-        >>> from tfmatcomp.song_zhong.lm import text_sampler
+        >>> from tfmatcomp.training.lm import text_sampler
         >>> s = randomized_sampler(text_sampler(torch.zeros(20, dtype=torch.long), 4), 0.5, 9)
         >>> s(2, torch.Generator().manual_seed(0))[:, :2].tolist()   # the first half is the text
         [[0, 0], [0, 0]]
@@ -311,7 +241,9 @@ def randomized_sampler(sampler: Sampler, keep: float, vocab_size: int) -> Sample
 
 
 # ------------------------------------------------------------------------------ experiments
-def _config(n_layers: int, d_model: int, n_heads: int, n_ctx: int, d_vocab: int) -> DecoderConfig:
+def small_gpt_config(n_layers: int, d_model: int, n_heads: int, n_ctx: int,
+                     d_vocab: int) -> DecoderConfig:
+    """The experiments' decoder: ``d_mlp = 4 d_model``, the rest as given."""
     return DecoderConfig(n_layers=n_layers, n_heads=n_heads, d_model=d_model, d_mlp=4 * d_model,
                          n_ctx=n_ctx, d_vocab=d_vocab)
 
@@ -366,7 +298,7 @@ def addition_experiment(
     for setting in settings:
         carry = known[setting]
         task = AdditionTask(max_digits=max_digits, carry=carry)
-        cfg = _config(n_layers, d_model, n_heads, task.n_positions, ADDITION_TOKENIZER.vocab_size)
+        cfg = small_gpt_config(n_layers, d_model, n_heads, task.n_positions, ADDITION_TOKENIZER.vocab_size)
         t0 = time.perf_counter()
         run = train_lm(cfg, task.sampler(), tokenizer=ADDITION_TOKENIZER, n_steps=n_steps,
                        batch_size=batch_size, lr=lr, seed=seed, log_every=max(1, n_steps // 10),
@@ -384,7 +316,8 @@ def addition_experiment(
             "seconds": seconds, "models": models}
 
 
-def _pydoc_data(max_documents: int | None) -> tuple[CharTokenizer, Tensor, list]:
+def pydoc_data(max_documents: int | None) -> tuple[CharTokenizer, Tensor, list]:
+    """The pydoc corpus's tokenizer, token stream and documents."""
     docs = pydoc_documents(max_documents)
     tok = CharTokenizer.from_documents(docs)
     return tok, encode_documents(docs, tok), docs
@@ -419,11 +352,11 @@ def randomization_experiment(
         >>> r["positional"].groupby(["train", "inference"]).ngroups
         9
     """
-    tok, stream, _ = _pydoc_data(max_documents)
+    tok, stream, _ = pydoc_data(max_documents)
     base = text_sampler(stream, n_positions)
     frames, seconds, models = [], {}, {}
     for train_name, keep in RANDOMIZATION_SETTINGS.items():
-        cfg = _config(n_layers, d_model, n_heads, n_positions, tok.vocab_size)
+        cfg = small_gpt_config(n_layers, d_model, n_heads, n_positions, tok.vocab_size)
         t0 = time.perf_counter()
         run = train_lm(cfg, randomized_sampler(base, keep, tok.vocab_size), tokenizer=tok,
                        eval_sampler=randomized_sampler(base, keep, tok.vocab_size),
@@ -440,65 +373,3 @@ def randomization_experiment(
     df = pd.concat(frames, ignore_index=True)
     df = df[["train", "inference"] + [c for c in df if c not in ("train", "inference")]]
     return {"positional": df, "seconds": seconds, "models": models}
-
-
-def nanogpt_experiment(
-    *,
-    n_positions: int = 128,
-    n_layers: int = 3,
-    d_model: int = 96,
-    n_heads: int = 4,
-    n_steps: int = 1200,
-    batch_size: int = 32,
-    lr: float = 2e-3,
-    seed: int = 0,
-    n_contexts: int = 256,
-    n_second: int = 32,
-    max_documents: int | None = None,
-    out_dir: str | os.PathLike | None = None,
-    report: str | os.PathLike | None = None,
-    sections: list[str] | None = None,
-) -> dict[str, Any]:
-    """Table 1's NanoGPT row: a character-level GPT trained on the pydoc corpus with
-    :func:`~tfmatcomp.song_zhong.lm.train_lm`, then measured by
-    :func:`~tfmatcomp.song_zhong.command.run_geometry` on the same corpus (topics as cluster labels,
-    first token dropped).
-
-    Returns:
-        ``{"row": Table 1's row (mean (std) over layers), "summary": the per-layer table,
-        "metrics": the training log, "seconds": training seconds, "report": the page's path,
-        "path": the checkpoint}``. The page goes to ``report`` (default a temporary file, or
-        ``out_dir/nanogpt.html``); the run to ``out_dir/nanogpt`` (default a temporary directory).
-
-    Example:
-        >>> r = nanogpt_experiment(n_positions=16, n_layers=1, d_model=16, n_heads=2, n_steps=2,
-        ...                        batch_size=4, n_contexts=8, n_second=4, max_documents=3,
-        ...                        sections=["table1"])
-        >>> r["row"]["model"]
-        'char-gpt (ours)'
-    """
-    import tempfile
-
-    from tfmatcomp.song_zhong.command import run_geometry, table1_row
-
-    tok, stream, docs = _pydoc_data(max_documents)
-    tmp = None
-    if out_dir is None:
-        tmp = tempfile.TemporaryDirectory()
-        out_dir = tmp.name
-    try:
-        cfg = _config(n_layers, d_model, n_heads, n_positions, tok.vocab_size)
-        t0 = time.perf_counter()
-        run = train_lm(cfg, text_sampler(stream, n_positions), tokenizer=tok, n_steps=n_steps,
-                       batch_size=batch_size, lr=lr, seed=seed, log_every=max(1, n_steps // 10),
-                       out_dir=Path(out_dir) / "nanogpt", metadata={"family": "char-gpt"})
-        seconds = time.perf_counter() - t0
-        page = Path(report) if report is not None else Path(out_dir) / "nanogpt.html"
-        geo = run_geometry(run.path, docs, page, n_contexts=n_contexts, n_positions=n_positions,
-                           n_second=n_second, sections=sections, progress=False)
-        row = table1_row(geo.summary, "char-gpt (ours)", "pydoc topics")
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
-    return {"row": row, "summary": geo.summary, "metrics": run.metrics, "seconds": seconds,
-            "report": page if tmp is None else None, "path": run.path if tmp is None else None}

@@ -52,12 +52,9 @@ from torch import Tensor
 
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
-from tfmatcomp.runs import rundir
-from tfmatcomp.runs.layout import (
-    METRICS_FILE, checkpoint_path, has_training_state, latest_checkpoint, list_checkpoints,
-)
-from tfmatcomp.runs.rundir import RunDirError
-from tfmatcomp.song_zhong.corpus import Document
+from tfmatcomp.models.objectives import as_model
+from tfmatcomp.runs.run_directory import RunDirectory
+from tfmatcomp.task.corpus import Document
 from tfmatcomp.training.loop import Schedule, TrainingStep, check_resume_overwrite, run_loop
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
                                   check_positive_float, check_positive_int, check_seed)
@@ -342,11 +339,7 @@ def train_lm(
     check_positive_int("eval_batches", eval_batches)
     if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ValueError(f"checkpoint_every: must be an integer >= 0, got {checkpoint_every!r}")
-    if isinstance(model, DecoderConfig):
-        model = HookedDecoder(model, seed=seed)
-    elif not isinstance(model, HookedDecoder):
-        raise ValueError(f"model: expected a HookedDecoder or a DecoderConfig, got "
-                         f"{type(model).__name__}")
+    model = as_model(model, "decoder", seed=seed)
     if tokenizer is not None and tokenizer.vocab_size > model.cfg.d_vocab:
         raise ValueError(f"tokenizer: {tokenizer.vocab_size} characters, but the model's d_vocab is "
                          f"{model.cfg.d_vocab}")
@@ -437,13 +430,16 @@ class LMRun:
         self.model, self.optimizer, self.lr_schedule = model, optimizer, lr_schedule
         self.train_gen = train_gen
         self.out_dir, self.schedule, self.metadata = out_dir, schedule, metadata
-        self.overwrite, self.progress = overwrite, progress
+        self.progress = progress
         self.step, self.elapsed_s = 0, 0.0
-        self.records: list[dict[str, Any]] = []
+        #: the run directory: lock, metrics record, checkpoints, resume (as a Trainer's)
+        self.directory = RunDirectory(out_dir, overwrite)
         #: the last checkpoint written (None before the first)
         self.path: Path | None = None
-        self._lock = rundir.RunDirLock(out_dir) if out_dir is not None else None
-        self._claimed = False
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return self.directory.records
 
     @property
     def runs(self) -> list["LMRun"]:
@@ -451,20 +447,11 @@ class LMRun:
 
     def start(self) -> None:
         """Lock the run directory; a run not resumed needs an empty one (or ``overwrite``)."""
-        if self._lock is not None and not self._lock.held:
-            self._lock.acquire()
-            try:
-                if not self._claimed:
-                    rundir.check_fresh(self.out_dir, self.overwrite)
-                    self._claimed = True
-            except BaseException:
-                self._lock.release()
-                raise
+        self.directory.claim(resuming=False)
         self.model.train()
 
     def close(self) -> None:
-        if self._lock is not None:
-            self._lock.release()
+        self.directory.release()
 
     # ------------------------------------------------------------------- training state
     def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -479,38 +466,33 @@ class LMRun:
                          "lr_schedule": schedule}
 
     def resume(self) -> bool:
-        """Continue from the latest checkpoint with training state (False: none, so the run
-        starts at step 0 in an empty directory). The run is cut back to that checkpoint.
+        """Continue from the latest checkpoint with usable training state (False: none, so the
+        run starts at step 0 in an empty directory), as a Trainer resumes
+        (:meth:`~tfmatcomp.runs.run_directory.RunDirectory.resume_latest`). The run is cut back to
+        that checkpoint.
 
         Raises:
             RunDirError: checkpoints without training state, or another trainer holds the lock.
             ConfigMismatchError: the checkpoint is of another model config or recipe.
         """
-        from tfmatcomp.runs.checkpoint import (ConfigMismatchError, load_checkpoint_info,
-                                               load_training_state)
+        found = self.directory.resume_latest(self.restore, lambda recorded: None)
+        self.directory.strip_older_states(self.step)
+        return found
 
-        self._lock.acquire()
-        self._claimed = True
-        rundir.check_kind(self.out_dir, group=False)
-        rundir.remove_leftovers(self.out_dir)
-        path = latest_checkpoint(self.out_dir, with_state=True)
-        if path is None:
-            if list_checkpoints(self.out_dir, complete=False):
-                raise RunDirError(f"out_dir: {self.out_dir} has checkpoints but none with training "
-                                  "state, so it cannot be resumed exactly; pass overwrite=True to "
-                                  "train it again from step 0")
-            foreign = rundir.foreign_entries(self.out_dir)
-            if foreign:
-                raise RunDirError(f"out_dir: {self.out_dir} holds files that no run writes "
-                                  f"({foreign[:6]}) and no checkpoint; choose another directory")
-            self.records = rundir.cut_back(self.out_dir, 0)  # killed before its first checkpoint
-            return False
+    def restore(self, path: Path, step: int) -> None:
+        """Load the checkpoint at ``path`` with its training state and cut the run back to it."""
+        from tfmatcomp.runs.checkpoint import (CheckpointError, ConfigMismatchError,
+                                               load_checkpoint_info, load_training_state)
+
         model, info = load_checkpoint_info(path, config=self.model.cfg)
         theirs, ours = info.metadata.get("train_lm"), self.metadata["train_lm"]
         if theirs != ours:
             raise ConfigMismatchError(f"train_lm: {path} was trained with {theirs}, this call asks "
                                       f"for {ours}; resuming would not continue the same run")
         tensors, state = load_training_state(path)
+        if "rng.train" not in tensors or "lr_schedule" not in state:
+            raise CheckpointError(f"path: {path} has training state without the training stream "
+                                  "or the schedule; it cannot be resumed exactly")
         with torch.no_grad():
             for p, q in zip(self.model.parameters(), model.parameters()):
                 p.copy_(q)
@@ -526,32 +508,24 @@ class LMRun:
         self.train_gen.set_state(tensors["rng.train"])
         self.step = int(state["step"])
         self.path = path
-        self.records = rundir.cut_back(self.out_dir, self.step)
-        return True
+        self.directory.cut_back(self.step)
 
     # ------------------------------------------------------------------- the run's files
     def open_log(self):
-        return open(self.out_dir / METRICS_FILE, "a") if self.out_dir is not None else None
+        return self.directory.open_log(None)  # the recipe is in the checkpoints' metadata
 
     def log(self, train: dict[str, Any], evaluation: dict[str, Any], log_file=None) -> dict[str, Any]:
-        record = {"step": self.step, **train, **evaluation}
-        self.records.append(record)
-        if log_file is not None:
-            log_file.write(json.dumps(record) + "\n")
-            log_file.flush()
-        return record
+        return self.directory.append({"step": self.step, **train, **evaluation}, log_file)
 
     def save_checkpoints(self) -> None:
         """The checkpoint at this step, with the training state; older checkpoints keep their
         weights and drop their state."""
         from tfmatcomp.runs.checkpoint import save_checkpoint
 
-        self.path = save_checkpoint(self.model, checkpoint_path(self.out_dir, self.step),
-                                    step=self.step, metadata=self.metadata,
-                                    training_state=self.training_state())
-        for step, p in list_checkpoints(self.out_dir).items():
-            if step != self.step and has_training_state(p):
-                rundir.strip_state(p)
+        self.path = self.directory.save(self.step, lambda path: save_checkpoint(
+            self.model, path, step=self.step, metadata=self.metadata,
+            training_state=self.training_state()))
+        self.directory.strip_older_states(self.step)
 
     def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
         return {"loss": f"{rows[0]['train_loss']:.3f}"}

@@ -1,0 +1,79 @@
+"""Command line: ``tfmatcomp train``, ``presets``, ``report``, ``demo``, ``geometry``, ``sweep`` and
+``dynamics``.
+
+Example::
+
+    tfmatcomp presets
+    tfmatcomp train --preset tiny --out runs/tiny --steps 2000
+    tfmatcomp train --preset tiny --out runs/tiny --steps 4000 --resume
+    tfmatcomp train --preset tiny --out runs/tiny-ddp --nproc 2        # data-parallel (torchrun)
+    tfmatcomp train --preset tiny --out runs/tiny-gauss --distribution gaussian
+    tfmatcomp train --preset paper-4l8h --out runs/paper-4l8h --checkpoint-dtype bf16 --max-shard-mb 15
+    tfmatcomp sweep --out runs/width --grid d_model=32,64,128 --seeds 0-1
+    tfmatcomp dynamics runs/tiny --measures L_mask,copying      # writes runs/tiny.dynamics.csv
+
+Each command group is one module of this package (``train``, ``report``, ``geometry``, ``sweep``,
+``dynamics``); :mod:`~tfmatcomp.cli.args` holds the registry and the arguments they share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tfmatcomp.cli.args import _COMMANDS
+
+# each command module registers its commands on import; this order is the order of ``--help``
+from tfmatcomp.cli import train  # noqa: E402,F401  (train, presets)
+from tfmatcomp.cli import report  # noqa: E402,F401  (report, demo)
+from tfmatcomp.cli import geometry  # noqa: E402,F401
+from tfmatcomp.cli import sweep  # noqa: E402,F401
+from tfmatcomp.cli import dynamics  # noqa: E402,F401
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfmatcomp", description=__doc__.splitlines()[0])
+    debug_help = "show the full traceback of an error instead of one line"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
+    from tfmatcomp import __version__
+
+    parser.add_argument("--version", action="version", version=f"tfmatcomp {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (setup, fn) in _COMMANDS.items():
+        p = sub.add_parser(name, help=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else None)
+        setup(p)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
+        p.set_defaults(_run=fn)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a command. A user error (a bad value, an unusable path or device, a checkpoint that
+    cannot be loaded) prints one line and returns 2; any other error prints one line naming its
+    type and returns 1; ``--debug`` shows the traceback instead."""
+    args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if getattr(args, "device", None) is not None:
+            from tfmatcomp.validation import check_device
+
+            check_device("--device", args.device)
+        return args._run(args)
+    except (ValueError, OSError) as e:  # user errors: one line naming the argument or file
+        if args.debug:
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"tfmatcomp {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    except Exception as e:  # anything else: still one line; --debug shows the traceback
+        if args.debug:
+            raise
+        message = " ".join(str(e).split())
+        print(f"tfmatcomp {args.command}: error: {type(e).__name__}"
+              f"{': ' + message if message else ''} (an unexpected error: run again with --debug "
+              "for the traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""``tfmatcomp geometry``: Song & Zhong's geometry of a local model on a text."""
+
+from __future__ import annotations
+
+import argparse
+
+from tfmatcomp.cli.args import command, written
+
+
+def _geometry_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", help="local transformers model directory (bert or gpt2, with its "
+                   "tokenizer), or a tfmatcomp HookedDecoder checkpoint or run directory whose "
+                   "metadata holds its tokenizer (tfmatcomp.training.lm.train_lm); nothing is "
+                   "downloaded")
+    p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
+                   "document per file); documents are the cluster labels")
+    p.add_argument("-o", "--out", default="geometry.html", help="HTML file to write")
+    p.add_argument("--contexts", type=int, default=256, help="C, contexts of the first pass (256)")
+    p.add_argument("--positions", type=int, default=128, help="T, tokens per context (128)")
+    p.add_argument("--second-pass", type=int, default=32, help="contexts of the second pass (32)")
+    p.add_argument("--batch-size", type=int, default=16, help="contexts per forward pass (16)")
+    p.add_argument("--layer", type=int, help="layer of the Gram / QK sections (default: middle)")
+    p.add_argument("--head", type=int, default=0, help="head of the QK figure (0-based)")
+    p.add_argument("--drop-first", type=int, default=1, help="leading tokens dropped (1: the "
+                   "paper's first-token artifact)")
+    p.add_argument("--seed", type=int, default=0, help="which windows are drawn")
+    p.add_argument("--sections", help="comma-separated subset of table1, pca, gram, clusters, qk, theory, induction")
+    p.add_argument("--device", help="cpu or cuda (default: cpu)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+@command("geometry", _geometry_args)
+def _geometry(args: argparse.Namespace) -> int:
+    """Song & Zhong's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
+    from tfmatcomp.report.geometry import run_geometry
+
+    report = run_geometry(args.model_dir, args.text, args.out, n_contexts=args.contexts,
+                          n_positions=args.positions, n_second=args.second_pass,
+                          batch_size=args.batch_size, layer=args.layer, head=args.head,
+                          drop_first=args.drop_first, seed=args.seed, device=args.device,
+                          sections=args.sections.split(",") if args.sections else None,
+                          progress=not args.no_progress)
+    return written(report, "geometry report")
+
+
