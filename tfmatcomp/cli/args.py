@@ -4,9 +4,10 @@ several commands use (the training overrides, the report's output arguments)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Callable
+
+from tfmatcomp.validation import parse_json
 
 #: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
 CHECKPOINT_DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
@@ -27,7 +28,10 @@ def command(name: str, setup: Callable[[argparse.ArgumentParser], None]):
 
 def json_object(text: str) -> dict:
     """A JSON object from the command line (argparse reports the ValueError)."""
-    value = json.loads(text)
+    try:
+        value = parse_json("JSON", text)
+    except ValueError as e:  # argparse shows this message (for a ValueError, only its own)
+        raise argparse.ArgumentTypeError(str(e)) from None
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {text!r}")
     return value

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tfmatcomp.runs.group import read_seeds
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp import pretrained
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
@@ -84,7 +85,7 @@ class SeedGroup:
     @classmethod
     def load(cls, path: str | os.PathLike, column: str = "eval_L_mask") -> "SeedGroup":
         path = Path(path)
-        seeds = read_json_bounded(GROUP_FILE, path / GROUP_FILE)["seeds"]
+        seeds = read_seeds(path)
         metrics = {int(s): read_metrics(seed_dir(path, s)) for s in seeds
                    if (seed_dir(path, s) / METRICS_FILE).exists()}
         if not metrics:
