@@ -318,3 +318,93 @@ def test_an_interrupt_leaves_is_caching_as_it_was(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         model.run_with_cache(torch.zeros(1, 16, dtype=torch.long))
     assert model.is_caching is False
+
+
+# ------------------------------------------------------------- 5. every number has a range
+BIG = str(2**63)
+
+
+def test_every_numeric_argument_of_every_command_has_a_stated_range():
+    from tfmatcomp.cli import BOUNDS, build_parser, int_list
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    checked = 0
+    for name, sub in commands.items():
+        for action in sub._actions:
+            if action.type in (int, float, int_list):
+                flag = max(action.option_strings, key=len)
+                assert (name, flag) in BOUNDS or flag in BOUNDS, (name, flag)
+                assert " in [" in action.help or " in (" in action.help, (name, flag, action.help)
+                checked += 1
+    assert checked >= 30
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["train", "--out", "{tmp}/r", "--nproc", BIG], "--nproc"),
+    (["train", "--out", "{tmp}/r", "--batch-size", BIG], "--batch-size"),
+    (["sweep", "--out", "{tmp}/s", "--batch-size", BIG], "--batch-size"),
+    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--samples", BIG], "--samples"),
+    (["report", "tiny", "-o", "{tmp}/r.html", "--samples", BIG], "--samples"),
+    (["demo", "--bundled", "-o", "{tmp}/r.html", "--samples", BIG], "--samples"),
+    (["geometry", "{tmp}/model", "{tmp}/text", "-o", "{tmp}/g.html", "--batch-size", BIG],
+     "--batch-size"),
+    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--seed", "-1"], "--seed"),
+    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--seed", BIG], "--seed"),
+    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--steps", f"0,{BIG}"], "--steps"),
+    (["train", "--out", "{tmp}/r", "--checkpoint-steps", "-5"], "--checkpoint-steps"),
+    (["train", "--out", "{tmp}/r", "--lr", "1e300"], "--lr"),
+], ids=lambda v: " ".join(v[:1] + v[-2:]) if isinstance(v, list) else None)
+def test_a_number_out_of_range_is_refused_in_one_line_naming_it(tmp_path, capsys, monkeypatch,
+                                                                 argv, flag):
+    import tfmatcomp.distributed
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched processes")
+
+    monkeypatch.setattr(tfmatcomp.distributed, "launch", no_launch)
+    argv = [a.replace("{tmp}", str(tmp_path / "sub")) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"tfmatcomp {argv[0]}: error: {flag}:"), err
+    assert "must be" in err and "please report" not in err
+    assert not (tmp_path / "sub").exists()
+
+
+# --------------------------------------------------- 6. contradictions and outputs, up front
+@pytest.mark.parametrize("pre, post", [("6", "3"), ("3", "3")])
+def test_a_pre_step_not_before_the_post_step_is_refused_before_any_work(tmp_path, capsys, pre,
+                                                                        post):
+    out = tmp_path / "r.html"
+    assert main(["report", "tiny", "-o", str(out), "--pre-step", pre, "--post-step", post]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "pre-shift step" in err and "before" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--figure", "-o"])
+def test_an_unwritable_output_is_refused_before_the_work(tmp_path, capsys, monkeypatch, flag):
+    import tfmatcomp.analyses.dynamics as dynamics
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr(dynamics, "over_checkpoints", no_work)
+    csv = tmp_path / "d.csv"
+    argv = ["dynamics", "tiny", "-o", str(csv), "--figure", str(tmp_path / "f.html")]
+    argv[argv.index(flag) + 1] = "/dev/null/x"
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{flag}: cannot write /dev/null/x" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_output_folders_are_made_the_same_way_in_every_command(tmp_path, capsys):
+    csv = tmp_path / "a" / "b" / "d.csv"
+    argv = ["dynamics", "tiny", "-o", str(csv), "--samples", "8", "--batch-size", "8",
+            "--measures", "L_mask", "--steps", "1,6000"]
+    assert main(argv) == 2  # no checkpoint at step 1: the folders made for the output go again
+    assert "steps" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+    argv[-1] = "2000,6000"
+    assert main(argv) == 0, capsys.readouterr().err
+    assert csv.exists()  # as report -o makes its folders: checked (and made) before the work

@@ -207,6 +207,7 @@ def choose_steps(checkpoints: dict[int, Path], drop: DropResult | None,
     steps = sorted(checkpoints)
     if not steps:
         raise ValueError("run: it has no checkpoints")
+    chosen = pre_step is not None or post_step is not None  # by the caller: never contradictory
     note = ""
     if info and (pre_step is None or post_step is None):
         pre_step = pre_step if pre_step is not None else info.get("pre_shift_step")
@@ -237,6 +238,9 @@ def choose_steps(checkpoints: dict[int, Path], drop: DropResult | None,
     for name, s in (("pre_step", pre_step), ("post_step", post_step)):
         if s not in checkpoints:
             raise ValueError(f"{name}: no checkpoint at step {s}; the run has {steps}")
+    if chosen and pre_step >= post_step:
+        raise ValueError(f"pre_step, post_step: the pre-shift step ({pre_step:,}) must come "
+                         f"before the post-shift step ({post_step:,})")
     return pre_step, post_step, note
 
 

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from tfmatcomp.runs.layout import temporary_of
+from tfmatcomp.runs.layout import TMP_SUFFIX, temporary_of
 
 __all__ = ["RunDirError", "DiskFullError", "replace_file", "open_append", "AppendFile", "open_lock_file",
            "remove_entry", "check_real_dir", "disk_full", "is_temporary"]
@@ -119,7 +119,7 @@ def replace_file(path: str | os.PathLike, data: str | bytes) -> None:
     if isinstance(data, str):
         data = data.encode("utf-8")
     with disk_full(path):
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
