@@ -372,7 +372,7 @@ def test_a_number_out_of_range_is_refused_in_one_line_naming_it(tmp_path, capsys
 
 
 # --------------------------------------------------- 6. contradictions and outputs, up front
-@pytest.mark.parametrize("pre, post", [("6", "3"), ("3", "3")])
+@pytest.mark.parametrize("pre, post", [("6000", "2000"), ("4000", "4000")])  # tiny's steps
 def test_a_pre_step_not_before_the_post_step_is_refused_before_any_work(tmp_path, capsys, pre,
                                                                         post):
     out = tmp_path / "r.html"
