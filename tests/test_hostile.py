@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 
 import tfmatcomp as tm
 from tfmatcomp.analyses.dynamics import run_seeds
-from tfmatcomp.analyses.sweeps import read_sweep
+from tfmatcomp.training.sweeps import read_sweep
 from tfmatcomp.cli import main
 from tfmatcomp.runs import checkpoint as checkpoint_module
 from tfmatcomp.runs.checkpoint_files import config_digest, seal_config, sha256_file
@@ -298,7 +298,7 @@ def test_remove_batch_dim_on_a_batch_of_8_is_refused_as_transformer_lens_does():
 
 
 def test_freeze_all_for_the_whole_run_is_refused():
-    from tfmatcomp.config import Freeze
+    from tfmatcomp.interventions import Freeze
 
     with pytest.raises(ValueError, match=r"Freeze\('all'\) for the whole run would train nothing"):
         Freeze("all")
