@@ -31,7 +31,7 @@ MAX_BATCH = 1 << 20
 #: the model has) once these pass.
 BOUNDS: dict[str | tuple[str, str], tuple[int | float, int | float]] = {
     "--steps": (1, MAX_STEP), ("dynamics", "--steps"): (0, MAX_STEP),
-    "--seed": (0, 2**63 - 1),
+    "--seed": (0, 2**63 - 1), "--sample-seed": (0, 2**63 - 1),
     "--lr": (0.0, 100.0),
     "--batch-size": (1, MAX_BATCH),
     "--log-every": (1, MAX_STEP),
