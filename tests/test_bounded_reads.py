@@ -55,11 +55,12 @@ def test_run_json_that_is_not_a_file_is_replaced_never_opened(run, how):
 def test_huge_sparse_checkpoint_file_is_refused_before_hashing(run):
     ckpt = max(tm.list_checkpoints(run).items())[1]
     config = json.loads((ckpt / CONFIG_FILE).read_text())
-    with open(ckpt / "big.bin", "wb") as f:
+    (ckpt / STATE_TENSORS_FILE).unlink()
+    with open(ckpt / STATE_TENSORS_FILE, "wb") as f:  # a name a checkpoint may have
         f.truncate(1 << 40)  # 1 TiB, sparse
-    config["files"]["big.bin"] = "0" * 64
+    config["files"][STATE_TENSORS_FILE] = "0" * 64
     (ckpt / CONFIG_FILE).write_text(json.dumps(seal_config(config)))
-    with pytest.raises(tm.CheckpointError, match="big.bin holds 1,099,511,627,776 bytes"):
+    with pytest.raises(tm.CheckpointError, match="state.safetensors holds 1,099,511,627,776 bytes"):
         tm.load_checkpoint(ckpt)
 
 

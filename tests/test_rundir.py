@@ -348,11 +348,11 @@ for kind, n in json.loads(sys.argv[3]):
     if pid == 0:  # the trainer
       try:
         if kind == "fsync":  # inside a checkpoint write: its temporary directory half done
-            after_calls(os, "fsync", n)
+            after_calls(os, "fsync", n, lambda fd: ".tmp-" in os.readlink(f"/proc/self/fd/{fd}"))
         elif kind == "rename":  # a complete temporary checkpoint, not yet renamed into place
             after_calls(os, "replace", n, lambda src, dst: ".tmp-" in os.fspath(src))
         elif kind == "log":  # resume rewriting the metrics log
-            after_calls(os, "replace", n, lambda src, dst: os.fspath(src).endswith(".jsonl.tmp"))
+            after_calls(os, "replace", n, lambda src, dst: os.fspath(dst).endswith(".jsonl"))
         elif kind == "strip":  # a new checkpoint written, the older still holding its state
             after_calls(training.Trainer, "strip_older_states", n)
         else:
@@ -394,7 +394,7 @@ def test_killed_at_any_moment_the_resumed_run_is_bit_identical(tmp_path):
     kw = dict(n_steps=60, batch_size=8, eval_batch_size=8, log_every=2, checkpoint_every=5,
               checkpoint_steps=(), device="cpu", progress=False)
     out = tmp_path / "run"
-    kills = [["fsync", 12], ["log", 1], ["rename", 2], ["strip", 2], ["fsync", 3],
+    kills = [["fsync", 10], ["log", 1], ["rename", 2], ["strip", 2], ["fsync", 3],
              ["delay", 400], ["delay", 400], ["delay", 400], ["delay", 400]]
     env = dict(os.environ,
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

@@ -164,6 +164,9 @@ class DecoderConfig:
 
 #: The most weights a model config may describe (checked before anything is allocated).
 MAX_PARAMETERS = 10**10
+#: The most layers a model config may have: building a model takes time per layer (about a
+#: millisecond each), so a million thin layers would hang the constructor within MAX_PARAMETERS.
+MAX_LAYERS = 1024
 
 
 def _check_shape(cfg: "EncoderConfig | DecoderConfig") -> None:
@@ -181,6 +184,7 @@ def _check_shape(cfg: "EncoderConfig | DecoderConfig") -> None:
     if n_params > MAX_PARAMETERS:
         raise ValueError(f"n_layers, d_model, d_mlp, n_heads, d_head, d_vocab, n_ctx: the model would "
                          f"have about {n_params:.3g} weights; at most {MAX_PARAMETERS:.0e} are allowed")
+    check_int_in_range("n_layers", cfg.n_layers, 1, MAX_LAYERS)
     check_positive_float("layer_norm_eps", cfg.layer_norm_eps)
     check_positive_float("init_range", cfg.init_range)
     check_choice("act_fn", cfg.act_fn, ("gelu", "gelu_new", "relu"))

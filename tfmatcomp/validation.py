@@ -39,6 +39,8 @@ __all__ = [
     "check_int_list",
     "check_float_dtype",
     "check_finite",
+    "parse_json",
+    "read_json_bounded",
     "check_output_file",
     "check_device",
     "writable_output",
@@ -328,15 +330,51 @@ def read_bounded(name: str, path: Any, max_bytes: int, *, binary: bool = False) 
         raise ValueError(f"{name}: {path} is not UTF-8 text") from None
 
 
-def read_json_bounded(name: str, path: Any, max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """:func:`read_bounded`, parsed as JSON; invalid JSON raises ``ValueError`` naming the file."""
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        raise _DuplicateKey(twice)
+    return dict(pairs)
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, keys: list[str]):
+        super().__init__(keys)
+        self.keys = keys
+
+
+def parse_json(name: str, text: str | bytes, source: Any = None) -> Any:
+    """``text`` parsed as JSON, refusing an object that holds a key twice (Python keeps the last
+    value, other readers the first, and a digest covers only one reading). ``ValueError`` in one
+    line naming ``name`` and ``source`` (the file, or what the text is) otherwise.
+
+    Example:
+        >>> parse_json("run.json", '{"step": 3}')
+        {'step': 3}
+        >>> parse_json("config.json", '{"step": 3, "step": 6}', "ckpt/config.json")
+        Traceback (most recent call last):
+        ...
+        ValueError: config.json: ckpt/config.json holds the key 'step' twice in one object; a JSON file with duplicate keys is refused (readers disagree on which value counts)
+    """
     import json
 
-    text = read_bounded(name, path, max_bytes)
+    where = f"{source} " if source is not None else ""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_refuse_duplicates)
+    except _DuplicateKey as e:
+        keys = ", ".join(repr(k) for k in e.keys[:5])
+        raise ValueError(f"{name}: {where}holds the key{'s' if len(e.keys) > 1 else ''} {keys} "
+                         "twice in one object; a JSON file with duplicate keys is refused "
+                         "(readers disagree on which value counts)") from None
     except (ValueError, RecursionError) as e:  # JSON errors, and ints past Python's digit limit
-        raise ValueError(f"{name}: {path} is not valid JSON ({e})") from None
+        raise ValueError(f"{name}: {where}is not valid JSON ({e})") from None
+
+
+def read_json_bounded(name: str, path: Any, max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """:func:`read_bounded`, parsed with :func:`parse_json` (no duplicate keys); invalid JSON
+    raises ``ValueError`` naming the file."""
+    return parse_json(name, read_bounded(name, path, max_bytes), path)
 
 
 def check_finite(name: str, tensor: Any) -> Any:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tfmatcomp.cli.args import _COMMANDS
+from tfmatcomp.cli.args import _COMMANDS, BOUNDS, bounds_of, check_bounds, int_list  # noqa: F401
 
 # each command module registers its commands on import; this order is the order of ``--help``
 from tfmatcomp.cli import train  # noqa: E402,F401  (train, presets)
@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else None)
         setup(p)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
-        p.set_defaults(_run=fn)
+        p.set_defaults(_run=fn, _bounds=bounds_of(name, p))
     return parser
 
 
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        check_bounds(args)  # every number in its range, before any work
         if getattr(args, "device", None) is not None:
             from tfmatcomp.validation import check_device
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
-from tfmatcomp.cli.args import command
+from tfmatcomp.cli.args import command, int_list
+from tfmatcomp.validation import writable_output
 
 
 def _dynamics_args(p: argparse.ArgumentParser) -> None:
@@ -20,7 +22,7 @@ def _dynamics_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--figure", help="also write the measures' figure (HTML) here")
     p.add_argument("--samples", type=int, default=256, help="matrices in the fixed batch (256)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fixed batch (0)")
-    p.add_argument("--steps", type=lambda s: [int(x) for x in s.split(",") if x],
+    p.add_argument("--steps", type=int_list,
                    help="comma-separated checkpoint steps (default: all)")
     p.add_argument("--batch-size", type=int, default=256, help="matrices per forward pass (256)")
     p.add_argument("--device", help="cpu or cuda (default: cpu)")
@@ -45,7 +47,6 @@ def dynamics_output(run: str) -> Path:
 @command("dynamics", _dynamics_args)
 def _dynamics(args: argparse.Namespace) -> int:
     """Progress measures at every checkpoint of a run (or of every seed of a group) as a CSV."""
-    from tfmatcomp.analyses.dynamics import over_checkpoints, run_seeds
     from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
 
     names = [m.strip() for m in args.measures.split(",") if m.strip()] if args.measures else \
@@ -54,10 +55,22 @@ def _dynamics(args: argparse.Namespace) -> int:
     if unknown or not names:
         raise ValueError(f"--measures: unknown {unknown or names}; choose from "
                          f"{', '.join(PROGRESS_MEASURES)}")
+    out = dynamics_output(args.run) if args.out is None else Path(args.out)
+    lead_out = out.with_name(out.name.removesuffix(".csv").removesuffix(".dynamics") + ".lead.csv")
+    with contextlib.ExitStack() as outputs:  # every output checked before the work
+        for flag, path in [("-o", out), *([("--lead", lead_out)] if args.lead else []),
+                           *([("--figure", args.figure)] if args.figure else [])]:
+            outputs.enter_context(writable_output(flag, path))
+        return _dynamics_table(args, names, out, lead_out)
+
+
+def _dynamics_table(args: argparse.Namespace, names: list[str], out: Path, lead_out: Path) -> int:
+    from tfmatcomp.analyses.dynamics import over_checkpoints, run_seeds
+    from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
+
     table = over_checkpoints(args.run, {m: PROGRESS_MEASURES[m] for m in names},
                              n_samples=args.samples, seed=args.seed, steps=args.steps,
                              batch_size=args.batch_size, device=args.device)
-    out = dynamics_output(args.run) if args.out is None else Path(args.out)
     table.to_csv(out, index=False)
     print(f"{len(table)} rows ({table['measure'].nunique()} measures, {table['step'].nunique()} "
           f"steps, {table['seed'].nunique()} seed(s)) written to {out}")
@@ -65,8 +78,6 @@ def _dynamics(args: argparse.Namespace) -> int:
         from tfmatcomp.analyses.dynamics.lead import lead_time_summary, lead_times
 
         leads = lead_times(table, args.run)
-        lead_out = out.with_name(out.name.removesuffix(".csv").removesuffix(".dynamics")
-                                 + ".lead.csv")
         leads.to_csv(lead_out, index=False)
         print(lead_time_summary(leads).to_string(index=False, float_format=lambda x: f"{x:.0f}"))
         print(f"leads per seed written to {lead_out}")

@@ -7,6 +7,7 @@ import math
 
 from tfmatcomp.cli.args import command, train_overrides
 from tfmatcomp.config import PRESETS
+from tfmatcomp.runs.files import replace_file
 from tfmatcomp.task.data import DISTRIBUTIONS
 
 
@@ -73,8 +74,8 @@ def _sweep(args: argparse.Namespace) -> int:
     result = sweep(grid, args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,
                    resume=not args.overwrite, overwrite=args.overwrite,
                    progress=not args.no_progress, **train_overrides(args))
-    result.table.to_csv(result.out_dir / "sweep.csv", index=False)
-    result.figure().write_html(result.out_dir / "sweep.html", include_plotlyjs=True)
+    replace_file(result.out_dir / "sweep.csv", result.table.to_csv(index=False))
+    replace_file(result.out_dir / "sweep.html", result.figure().to_html(include_plotlyjs=True))
     columns = [*result.fields, "seed", "steps", "final_L_mask", "drop_step"]
     print(result.table[columns].to_string(index=False))
     print(f"table written to {result.out_dir / 'sweep.csv'}, figure to "

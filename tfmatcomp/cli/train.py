@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tfmatcomp.cli.args import CHECKPOINT_DTYPES, command, json_object, train_overrides
+from tfmatcomp.cli.args import CHECKPOINT_DTYPES, command, int_list, json_object, train_overrides
 from tfmatcomp.config import PRESETS
 from tfmatcomp.task.data import DISTRIBUTIONS
 
@@ -21,7 +21,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, help="training batch size")
     p.add_argument("--log-every", type=int, help="steps between metrics-log lines")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (0: none)")
-    p.add_argument("--checkpoint-steps", type=lambda s: tuple(int(x) for x in s.split(",") if x),
+    p.add_argument("--checkpoint-steps", type=int_list,
                    help="comma-separated steps that always get a checkpoint")
     p.add_argument("--distribution", choices=DISTRIBUTIONS,
                    help="law of the factors' entries (default: the preset's, uniform on [-1, 1])")
@@ -75,8 +75,6 @@ def _train(args: argparse.Namespace) -> int:
     """Train a preset (under torchrun, or with --nproc N, on several processes)."""
     from tfmatcomp import distributed
 
-    if args.nproc is not None and args.nproc < 1:
-        raise ValueError(f"--nproc: must be at least 1, got {args.nproc}")
     if (args.nproc or 1) > 1 and not distributed.under_torchrun():
         return distributed.launch(args.nproc, ["-m", "tfmatcomp", *_without_nproc(args.argv)])
     joined = distributed.world_size() > 1  # a caller's process group stays theirs to end

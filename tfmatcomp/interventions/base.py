@@ -243,6 +243,10 @@ def _flatten(items: Iterable[Any]) -> list[Intervention]:
     return out
 
 
+#: The most parts a :class:`Composition` may have.
+MAX_PARTS = 1000
+
+
 class Composition(Intervention):
     """Several interventions applied as one, in the documented order (module docs).
 
@@ -262,6 +266,10 @@ class Composition(Intervention):
 
     def __init__(self, interventions: Iterable[Intervention]):
         self._parts = tuple(_flatten([interventions]))
+        if len(self._parts) > MAX_PARTS:
+            raise ValueError(f"interventions: a composition of {len(self._parts):,} parts; at most "
+                             f"{MAX_PARTS:,} are allowed (each part is applied on every forward "
+                             "pass; combine edits of one kind into one intervention)")
         for p in self._parts:
             if p.stage not in STAGES:
                 raise ValueError(f"interventions: {type(p).__name__} has unknown stage {p.stage!r}")

@@ -298,6 +298,10 @@ class Freeze(DuringTraining):
         object.__setattr__(self, "except_groups",
                            _check_groups(self.except_groups) if self.except_groups else ())
         _check_window(self)
+        if "all" in self.groups and not self.except_groups and self.start_step == 0 \
+                and self.end_step is None:
+            raise ValueError("groups: Freeze('all') for the whole run would train nothing; give "
+                             "end_step (a pause), start_step, or except_groups (what still trains)")
 
     def frozen(self, selected: list[str]) -> list[str]:
         return selected

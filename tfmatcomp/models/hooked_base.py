@@ -172,6 +172,23 @@ class HookedBase(HookedRootModule):
             hint = f"; did you mean {close}?" if close else "; see model.hook_dict for all names"
             raise UnknownHookError(f"hook name: {name!r} is not a hook of this model{hint}")
 
+    def _check_names_filter(self, names_filter: Any) -> None:
+        """Refuse a ``names_filter`` that matches no hook (TransformerLens returns an empty cache):
+        unknown names get a did-you-mean, a function that selects nothing says so."""
+        if names_filter is None:
+            return
+        if isinstance(names_filter, str):
+            self._check_hook_name(names_filter)
+        elif isinstance(names_filter, (list, tuple)):
+            for name in names_filter:
+                self._check_hook_name(name)
+            if not names_filter:
+                raise UnknownHookError("names_filter: an empty list caches nothing; give hook "
+                                       "names (see model.hook_dict), or None for every hook")
+        elif callable(names_filter) and not any(names_filter(n) for n in self.hook_dict):
+            raise UnknownHookError("names_filter: the function matches no hook of this model, so "
+                                   "the cache would be empty; see model.hook_dict for the names")
+
     def add_hook(self, name, hook, dir="fwd", is_permanent=False, level=None, prepend=False) -> None:
         self._check_hook_name(name)
         super().add_hook(name, hook, dir=dir, is_permanent=is_permanent, level=level,
@@ -195,7 +212,17 @@ class HookedBase(HookedRootModule):
         ``return_cache_object=False``). Accepts ``names_filter``, ``device``, ``remove_batch_dim``
         and the forward's keyword arguments.
         """
-        out, cache = super().run_with_cache(*model_args, **kwargs)
+        self._check_names_filter(kwargs.get("names_filter"))
+        if remove_batch_dim and model_args and torch.is_tensor(model_args[0]):
+            batch = model_args[0].shape[0] if model_args[0].ndim > 0 else 1
+            if batch != 1:  # TransformerLens's rule (an AssertionError there)
+                raise ValueError(f"remove_batch_dim: cannot remove the batch dimension from a "
+                                 f"cache of batch size {batch}; it needs a batch of 1")
+        was_caching = getattr(self, "is_caching", False)
+        try:
+            out, cache = super().run_with_cache(*model_args, **kwargs)
+        finally:  # TransformerLens sets it before its hooks' context: an interrupt there left it
+            self.is_caching = was_caching
         if remove_batch_dim:  # here, not in TransformerLens: 3.x fails on [batch, pos] hooks
             cache = {name: act[0] for name, act in cache.items()}
         if return_cache_object:

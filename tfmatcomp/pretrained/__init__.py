@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,9 @@ def run_dir(name: str = "tiny") -> Path:
 
 def run_info(name: str = "tiny") -> dict[str, Any]:
     """The bundled run's ``pretrained.json`` (pre/post-shift steps, how it was trained)."""
-    return json.loads((run_dir(name) / PRETRAINED_FILE).read_text())
+    from tfmatcomp.validation import read_json_bounded
+
+    return read_json_bounded(PRETRAINED_FILE, run_dir(name) / PRETRAINED_FILE)
 
 
 def resolve_step(name: str, step: int | str) -> int:

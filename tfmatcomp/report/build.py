@@ -73,6 +73,13 @@ def build_report(
     """
     if not is_int(n_samples) or n_samples < 8:
         raise ValueError(f"n_samples: must be an integer >= 8, got {n_samples!r}")
+    for name, step in (("pre_step", pre_step), ("post_step", post_step)):
+        if step is not None and (not is_int(step) or step < 0):
+            raise ValueError(f"{name}: must be None or a checkpoint step (an integer >= 0), got "
+                             f"{step!r}")
+    if pre_step is not None and post_step is not None and pre_step >= post_step:
+        raise ValueError(f"pre_step, post_step: the pre-shift step ({pre_step:,}) must come "
+                         f"before the post-shift step ({post_step:,})")
     check_seed("seed", seed)
     if device is not None:
         check_device("device", device)

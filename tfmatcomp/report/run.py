@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from tfmatcomp.runs.group import read_seeds
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp import pretrained
 from tfmatcomp.runs.checkpoint import list_checkpoints, load_checkpoint_info
@@ -84,7 +85,7 @@ class SeedGroup:
     @classmethod
     def load(cls, path: str | os.PathLike, column: str = "eval_L_mask") -> "SeedGroup":
         path = Path(path)
-        seeds = read_json_bounded(GROUP_FILE, path / GROUP_FILE)["seeds"]
+        seeds = read_seeds(path)
         metrics = {int(s): read_metrics(seed_dir(path, s)) for s in seeds
                    if (seed_dir(path, s) / METRICS_FILE).exists()}
         if not metrics:
@@ -206,6 +207,7 @@ def choose_steps(checkpoints: dict[int, Path], drop: DropResult | None,
     steps = sorted(checkpoints)
     if not steps:
         raise ValueError("run: it has no checkpoints")
+    chosen = pre_step is not None or post_step is not None  # by the caller: never contradictory
     note = ""
     if info and (pre_step is None or post_step is None):
         pre_step = pre_step if pre_step is not None else info.get("pre_shift_step")
@@ -236,6 +238,9 @@ def choose_steps(checkpoints: dict[int, Path], drop: DropResult | None,
     for name, s in (("pre_step", pre_step), ("post_step", post_step)):
         if s not in checkpoints:
             raise ValueError(f"{name}: no checkpoint at step {s}; the run has {steps}")
+    if chosen and pre_step >= post_step:
+        raise ValueError(f"pre_step, post_step: the pre-shift step ({pre_step:,}) must come "
+                         f"before the post-shift step ({post_step:,})")
     return pre_step, post_step, note
 
 

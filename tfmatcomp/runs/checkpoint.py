@@ -49,7 +49,7 @@ from tfmatcomp.runs.checkpoint_files import (
     SAFETENSORS_DTYPES, CheckpointError, checkpoint_dtype, config_digest, load_tensors, plain_file,
     read_json, seal_config, sha256_file, shard_limit, tensor_specs, weight_files, write_weights,
 )
-from tfmatcomp.runs.rundir import write_atomic
+from tfmatcomp.runs.files import DiskFullError, disk_full, replace_file
 from tfmatcomp.runs.layout import (
     CHECKPOINTS_DIR, CONFIG_FILE, INDEX_FILE, SHARD_NAME, STATE_FILE, STATE_TENSORS_FILE,
     WEIGHTS_FILE, checkpoint_dir_name, has_training_state, latest_checkpoint, list_checkpoints,
@@ -64,6 +64,7 @@ __all__ = [
     "CheckpointError", "ConfigMismatchError", "CheckpointInfo", "save_checkpoint",
     "load_checkpoint", "load_checkpoint_info", "list_checkpoints", "latest_checkpoint",
     "checkpoint_dir_name", "checkpoint_dtype", "load_training_state", "seal_checkpoint",
+    "read_config",
 ]
 
 FORMAT = "tfmatcomp-checkpoint"
@@ -161,9 +162,11 @@ def save_checkpoint(
         write_weights(weights, tmp, max_bytes)
         if training_state is not None:
             tensors, state = training_state
-            save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
-                      tmp / STATE_TENSORS_FILE)
-            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
+            with disk_full(tmp / STATE_TENSORS_FILE):
+                save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()},
+                          tmp / STATE_TENSORS_FILE)
+            with disk_full(tmp / STATE_FILE):
+                (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         config = {
             "format": FORMAT,
@@ -177,10 +180,12 @@ def save_checkpoint(
             "metadata": metadata or {},
             "files": files,
         }
-        (tmp / CONFIG_FILE).write_text(json.dumps(seal_config(config), indent=2, sort_keys=True))
+        with disk_full(tmp / CONFIG_FILE):
+            (tmp / CONFIG_FILE).write_text(json.dumps(seal_config(config), indent=2,
+                                                      sort_keys=True))
         for p in tmp.iterdir():
             p.chmod(0o644)
-            with open(p, "rb") as f:
+            with open(p, "rb") as f, disk_full(p):
                 os.fsync(f.fileno())
         tmp.chmod(0o755)
         if path.exists():
@@ -191,6 +196,9 @@ def save_checkpoint(
         else:
             os.replace(tmp, path)
         _fsync_dir(path.parent)
+    except DiskFullError as e:  # named as the checkpoint's file, not its temporary folder's
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise DiskFullError(path / e.path.name if e.path.parent == tmp else e.path) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -256,9 +264,25 @@ def _read_config(path: Path, verify: bool = True) -> dict[str, Any]:
     if not isinstance(files, dict):
         raise CheckpointError(f"path: {path / CONFIG_FILE} has 'files' of type "
                               f"{type(files).__name__}; expected {{file name: SHA-256}}")
-    max_bytes = _max_file_bytes(path, config)
+    listed = {name: plain_file(path, name) for name in files}  # names and file types: no reads
+    extra = sorted(n for n in files if n not in _CHECKPOINT_FILES and not SHARD_NAME.fullmatch(n))
+    if extra:
+        raise CheckpointError(
+            f"path: {path / CONFIG_FILE} lists {len(extra)} file(s) a checkpoint does not have "
+            f"({extra[:3]}); a checkpoint holds only {CONFIG_FILE}, {WEIGHTS_FILE} (or "
+            f"{INDEX_FILE} and its shards model-0000k-of-0000n.safetensors), "
+            f"{STATE_TENSORS_FILE} and {STATE_FILE}; refused before reading any of them")
+    cfg = _model_config(path, config)
+    weights = weight_files(path)  # the shards' index is read bounded, before it is verified
+    _check_weights_fit(path, cfg, weights)  # headers against the config, before any hashing
+    strays = sorted(n for n in files if SHARD_NAME.fullmatch(n)
+                    and n not in {f.name for f in weights})
+    if strays:
+        raise CheckpointError(f"path: {path / CONFIG_FILE} lists shards that its weights do not "
+                              f"use ({strays[:3]}); refused before reading any of them")
+    max_bytes = 3 * 8 * _parameter_count(cfg) + (64 << 20)
     for name, digest in files.items():
-        file = plain_file(path, name)
+        file = listed[name]
         if not isinstance(digest, str) or len(digest) != 64:
             raise CheckpointError(f"path: {path / CONFIG_FILE} gives {name!r} the digest "
                                   f"{digest!r}; expected 64 hex digits (SHA-256)")
@@ -269,6 +293,20 @@ def _read_config(path: Path, verify: bool = True) -> dict[str, Any]:
         if verify and sha256_file(file) != digest.lower():
             raise CheckpointError(f"path: {file} is corrupted (SHA-256 differs from config.json)")
     return config
+
+
+#: The files a checkpoint may list besides its shards (``config.json`` carries its own digest).
+_CHECKPOINT_FILES = frozenset({WEIGHTS_FILE, INDEX_FILE, STATE_TENSORS_FILE, STATE_FILE})
+
+
+def read_config(path: str | os.PathLike, verify: bool = True) -> dict[str, Any]:
+    """The ``config.json`` of the checkpoint directory ``path``, checked as every loader checks it
+    (with ``verify``, its own digest and every listed file's SHA-256).
+
+    Raises:
+        CheckpointError: as :func:`load_checkpoint`.
+    """
+    return _read_config(Path(path), verify)
 
 
 def _check_listed(path: Path, config: dict[str, Any], names: list[str]) -> None:
@@ -290,14 +328,12 @@ def _classes(path: Path, config: dict[str, Any]) -> tuple[type, type]:
     return OBJECTIVES[kind].config_class, OBJECTIVES[kind].model_class
 
 
-def _max_file_bytes(path: Path, config: dict[str, Any]) -> int:
-    """The most bytes one file of this checkpoint can hold: its weights and Adam's two moments in
-    float64, plus 64 MiB for headers, random-number states and the JSON files."""
+def _model_config(path: Path, config: dict[str, Any]) -> ModelConfig:
+    """The model config that ``config.json`` describes (checked, nothing allocated)."""
     try:
-        cfg = _classes(path, config)[0].from_dict(config["model"])
+        return _classes(path, config)[0].from_dict(config["model"])
     except (KeyError, TypeError, ValueError) as e:
         raise CheckpointError(f"path: {path / CONFIG_FILE} has an invalid config ({e})") from None
-    return 3 * 8 * _parameter_count(cfg) + (64 << 20)
 
 
 def _kind_of(model: Any) -> str:
@@ -479,6 +515,6 @@ def seal_checkpoint(path: str | os.PathLike) -> list[Path]:
         if config.get("config_sha256") == config_digest(config):
             continue
         config["format_version"] = FORMAT_VERSION
-        write_atomic(target / CONFIG_FILE, json.dumps(seal_config(config), indent=2, sort_keys=True))
+        replace_file(target / CONFIG_FILE, json.dumps(seal_config(config), indent=2, sort_keys=True))
         sealed.append(target)
     return sealed

@@ -28,6 +28,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from tfmatcomp.runs.files import disk_full
 from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, SHARD_NAME, WEIGHTS_FILE, shard_name
 from tfmatcomp.validation import read_json_bounded
 
@@ -184,16 +185,19 @@ def write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes: 
     they do not fit in one file of ``max_bytes`` (None: never shard)."""
     shards = [weights] if max_bytes is None else pack_shards(weights, max_bytes)
     if len(shards) == 1:
-        save_file(weights, directory / WEIGHTS_FILE)
+        with disk_full(directory / WEIGHTS_FILE):
+            save_file(weights, directory / WEIGHTS_FILE)
         return
     weight_map = {}
     for i, shard in enumerate(shards, 1):
         name = shard_name(i, len(shards))
-        save_file(shard, directory / name)
+        with disk_full(directory / name):
+            save_file(shard, directory / name)
         weight_map.update(dict.fromkeys(shard, name))
     total = sum(t.numel() * t.element_size() for t in weights.values())
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
+    with disk_full(directory / INDEX_FILE):
+        (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
 
 
 def weight_files(path: Path) -> dict[Path, set[str] | None]:

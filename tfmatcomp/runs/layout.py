@@ -41,7 +41,7 @@ from pathlib import Path
 
 __all__ = [
     "LOCK_FILE", "RUN_FILE", "GROUP_FILE", "SWEEP_FILE", "PRETRAINED_FILE", "METRICS_FILE",
-    "BAD_LINES_FILE", "TMP_SUFFIX", "CHECKPOINTS_DIR", "CONFIG_FILE", "WEIGHTS_FILE",
+    "BAD_LINES_FILE", "TMP_SUFFIX", "TMP_FILE", "temporary_of", "CHECKPOINTS_DIR", "CONFIG_FILE", "WEIGHTS_FILE",
     "INDEX_FILE", "SHARD_NAME", "STATE_TENSORS_FILE", "STATE_FILE", "SEED_DIR", "START_FILES",
     "RUN_FILES", "LEFTOVER", "checkpoint_dir_name", "checkpoint_path", "checkpoints_root",
     "shard_name", "seed_dir", "list_checkpoints", "latest_checkpoint", "has_training_state",
@@ -58,6 +58,9 @@ METRICS_FILE = "metrics.jsonl"
 BAD_LINES_FILE = "metrics.jsonl.bad"
 #: Suffix of a file being replaced atomically (written, then renamed over the file).
 TMP_SUFFIX = ".tmp"
+#: A file being replaced atomically: ``.NAME.XXXXXXXX.tmp`` (a fresh name from ``mkstemp`` beside
+#: ``NAME``, :func:`tfmatcomp.runs.files.replace_file`), or ``NAME.tmp`` as older versions wrote.
+TMP_FILE = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp|(?P<old>[^.].*)\.tmp")
 #: The folder holding the run's checkpoints.
 CHECKPOINTS_DIR = "checkpoints"
 #: A multi-seed group directory's list of its seeds.
@@ -93,6 +96,17 @@ START_FILES = frozenset({LOCK_FILE, RUN_FILE, GROUP_FILE})
 #: Everything a run or a multi-seed group writes; ``overwrite`` clears nothing else.
 RUN_FILES = START_FILES | {METRICS_FILE, METRICS_FILE + TMP_SUFFIX, BAD_LINES_FILE,
                            CHECKPOINTS_DIR}
+
+
+def temporary_of(name: str) -> str | None:
+    """The file that ``name`` is a temporary copy of (see :data:`TMP_FILE`), else None.
+
+    Example:
+        >>> temporary_of(".run.json.k2j4_x9a.tmp"), temporary_of("config.json.tmp"), temporary_of("x")
+        ('run.json', 'config.json', None)
+    """
+    m = TMP_FILE.fullmatch(name)
+    return (m.group("name") or m.group("old")) if m else None
 
 
 def checkpoint_dir_name(step: int) -> str:

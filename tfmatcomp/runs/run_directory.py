@@ -22,13 +22,14 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import Any, Callable
 
 from tfmatcomp.runs import rundir
 from tfmatcomp.runs.checkpoint import CheckpointError, ConfigMismatchError
 from tfmatcomp.runs.layout import (
     METRICS_FILE, RUN_FILE, checkpoint_path, has_training_state, list_checkpoints,
 )
+from tfmatcomp.runs.files import AppendFile, open_append, replace_file
 from tfmatcomp.runs.rundir import RunDirError
 
 __all__ = ["RunDirectory"]
@@ -94,18 +95,18 @@ class RunDirectory:
         self._lock = None
 
     # ----------------------------------------------------------- the metrics record
-    def open_log(self, info: dict[str, Any] | None) -> IO[str] | None:
+    def open_log(self, info: dict[str, Any] | None) -> AppendFile | None:
         """Create the directory, write ``run.json`` (``info``; none when None) and open the
         metrics log for appending (None without a directory)."""
         if self.path is None:
             return None
         self.path.mkdir(parents=True, exist_ok=True)
         if info is not None:
-            # replaced, never opened: a fifo or a symlink to a device there cannot block or leak
-            rundir.write_atomic(self.path / RUN_FILE, json.dumps(info, indent=2, sort_keys=True))
-        return open(self.path / METRICS_FILE, "a")
+            # replaced, never opened: a link, fifo or device planted there is never written through
+            replace_file(self.path / RUN_FILE, json.dumps(info, indent=2, sort_keys=True))
+        return open_append(self.path / METRICS_FILE)  # O_NOFOLLOW, a regular one-link file only
 
-    def append(self, record: dict[str, Any], log_file: IO[str] | None = None) -> dict[str, Any]:
+    def append(self, record: dict[str, Any], log_file: AppendFile | None = None) -> dict[str, Any]:
         """Add ``record`` to the record and write it to ``log_file``."""
         self.records.append(record)
         if log_file is not None:

@@ -9,11 +9,13 @@ module:
   it first. A directory holding only what a failed start leaves (``run.json``, ``seeds.json``, an
   empty ``metrics.jsonl``, the lock file) counts as empty. ``overwrite`` clears only directories
   that hold nothing but run files, so a mistyped ``out_dir`` cannot wipe unrelated files.
-* **One writer.** A trainer holds an exclusive lock on ``RUN_DIR/.lock`` while it writes: an
-  advisory ``flock`` (POSIX; a byte-range lock on Windows), which the operating system releases
-  when the process ends, however it ends, so a killed trainer never leaves a stale lock. The file
-  records who holds it (pid, host, start time); a second trainer fails at once with
-  :class:`RunDirLockedError` naming them.
+* **One writer.** A trainer holds an exclusive lock on ``RUN_DIR/.lock`` while it writes:
+  ``filelock``'s native lock on the file's descriptor (``flock`` on POSIX, ``LockFileEx`` on
+  Windows), which the operating system releases when the process ends, however it ends, so a
+  killed trainer never leaves a stale lock. The file is opened with ``O_NOFOLLOW`` and used only
+  if it is a regular file with one link (:func:`tfmatcomp.runs.files.open_lock_file`): a planted
+  link is refused, never written through. The file records who holds it (pid, host, start
+  time); a second trainer fails at once with :class:`RunDirLockedError` naming them.
 * **No leftovers.** Temporary checkpoint directories that a kill left behind (``.step_*.tmp-*``,
   ``.step_*.old-*``) are removed when the run is resumed (a checkpoint caught between its two
   renames is put back first).
@@ -46,34 +48,30 @@ import socket
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import filelock
 from tfmatcomp.runs.checkpoint_files import seal_config
+from tfmatcomp.runs.group import read_seeds
+from tfmatcomp.runs.files import (
+    RunDirError, check_real_dir, is_temporary, open_append, open_lock_file, remove_entry,
+    replace_file,
+)
 from tfmatcomp.runs.layout import (
-    BAD_LINES_FILE, CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, LEFTOVER, LOCK_FILE, METRICS_FILE,
-    RUN_FILE, RUN_FILES, SEED_DIR, START_FILES, STATE_FILE, STATE_TENSORS_FILE, TMP_SUFFIX,
+    BAD_LINES_FILE, CHECKPOINTS_DIR, CONFIG_FILE, GROUP_FILE, INDEX_FILE, LEFTOVER, LOCK_FILE,
+    METRICS_FILE, RUN_FILE, RUN_FILES, SEED_DIR, START_FILES, STATE_FILE, STATE_TENSORS_FILE,
+    SWEEP_FILE,
     checkpoints_root, latest_checkpoint, list_checkpoints, seed_dir,
 )
-from tfmatcomp.validation import MAX_LOG_BYTES, read_bounded, read_json_bounded
+from tfmatcomp.validation import MAX_LOG_BYTES, parse_json, read_bounded, read_json_bounded
 
 if TYPE_CHECKING:
     from tfmatcomp.config import EncoderConfig, TaskConfig, TrainConfig
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
-    import msvcrt
 
 __all__ = ["RunDirError", "RunDirLockedError", "RunDirLock", "is_empty", "foreign_entries",
-           "check_fresh", "check_kind", "check_group", "check_group_resumable",
+           "check_fresh", "check_kind", "check_group", "check_group_resumable", "check_folders",
            "remove_leftovers", "read_log", "cut_back", "run_configs", "strip_state",
-           "fingerprint", "write_atomic"]
-
-_WINDOWS_LOCK_OFFSET = 1 << 30  # lock a byte far past the holder's note, so it stays readable
-
-
-class RunDirError(ValueError):
-    """A run directory that cannot be used as asked (it holds another run, has nothing to
-    resume, ...)."""
+           "fingerprint"]
 
 
 class RunDirLockedError(RunDirError):
@@ -82,6 +80,10 @@ class RunDirLockedError(RunDirError):
 
 def _entries(path: Path) -> list[Path]:
     return sorted(path.iterdir()) if path.is_dir() else []
+
+
+def _real_dir(p: Path) -> bool:
+    return p.is_dir() and not p.is_symlink()
 
 
 def is_empty(out_dir: str | os.PathLike) -> bool:
@@ -93,7 +95,7 @@ def is_empty(out_dir: str | os.PathLike) -> bool:
             continue
         if p.name == METRICS_FILE and p.is_file() and p.stat().st_size == 0:
             continue
-        if SEED_DIR.fullmatch(p.name) and p.is_dir() and is_empty(p):
+        if SEED_DIR.fullmatch(p.name) and _real_dir(p) and is_empty(p):
             continue
         return False
     return True
@@ -103,9 +105,9 @@ def foreign_entries(out_dir: str | os.PathLike) -> list[str]:
     """Entries of ``out_dir`` that no run writes (``seed-N`` directories are looked into)."""
     found = []
     for p in _entries(Path(out_dir)):
-        if SEED_DIR.fullmatch(p.name) and p.is_dir():
+        if SEED_DIR.fullmatch(p.name) and _real_dir(p):
             found += [f"{p.name}/{q}" for q in foreign_entries(p)]
-        elif p.name not in RUN_FILES:
+        elif p.name not in RUN_FILES and not is_temporary(p.name, _TOP_FILES):
             found.append(p.name)
     return found
 
@@ -154,7 +156,7 @@ def check_kind(out_dir: str | os.PathLike, group: bool) -> None:
             raise RunDirError(f"out_dir: {out_dir} holds a single run (metrics.jsonl, "
                               "checkpoints/), not a multi-seed group; resume it with train()")
     elif (out_dir / GROUP_FILE).exists() or any(
-            SEED_DIR.fullmatch(p.name) and p.is_dir() and not is_empty(p)
+            SEED_DIR.fullmatch(p.name) and _real_dir(p) and not is_empty(p)
             for p in _entries(out_dir)):
         raise RunDirError(f"out_dir: {out_dir} is a multi-seed group; resume it with train_many(), "
                           f"or one seed alone with out_dir={out_dir / 'seed-N'}")
@@ -174,15 +176,16 @@ def check_group(out_dir: str | os.PathLike, seeds: list[int], resuming: bool,
     if not resuming:
         check_fresh(out_dir, overwrite)
         return
+    check_folders(out_dir)
     check_kind(out_dir, group=True)
     path = out_dir / GROUP_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return
     try:
-        theirs = [int(s) for s in read_json_bounded(GROUP_FILE, path)["seeds"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise RunDirError(f"out_dir: {path} is unreadable ({e}); pass overwrite=True "
-                          "to start this directory again") from None
+        theirs = read_seeds(out_dir)
+    except ValueError as e:
+        raise RunDirError(f"out_dir: {e}; pass overwrite=True to start this directory "
+                          "again") from None
     if sorted(theirs) != seeds:
         diff = sorted(set(theirs) ^ set(seeds))
         raise ValueError(f"seeds: {diff} differ: {out_dir} holds the group of seeds "
@@ -207,29 +210,63 @@ def remove_leftovers(out_dir: str | os.PathLike) -> list[str]:
     """Remove what a killed trainer can leave half-written in ``out_dir``; return their names.
 
     Removes ``checkpoints/.step_*.tmp-*`` (a checkpoint being written),
-    ``checkpoints/.step_*.old-*`` (a checkpoint being replaced; renamed back into place first when the replacement never
-    arrived), ``config.json.tmp`` inside checkpoints and ``metrics.jsonl.tmp``. Call it only while
-    holding the directory's lock.
+    ``checkpoints/.step_*.old-*`` (a checkpoint being replaced; renamed back into place first when
+    the replacement never arrived), and the temporary copies of files being replaced
+    (:data:`~tfmatcomp.runs.layout.TMP_FILE`: ``config.json`` inside checkpoints, ``run.json``,
+    ``seeds.json``, ``metrics.jsonl``, ...). Entries are found with ``lstat`` and removed without
+    following them: a planted link is removed, never written through, dangling or not. A folder
+    of the run that is a link (``checkpoints/``, ``step_X``) is refused
+    (:func:`check_folders`). Call it only while holding the directory's lock.
     """
     out_dir = Path(out_dir)
+    check_folders(out_dir)
     removed = []
-    config_tmp, log_tmp = CONFIG_FILE + TMP_SUFFIX, METRICS_FILE + TMP_SUFFIX
+    for p in _entries(out_dir):
+        if is_temporary(p.name, _TOP_FILES):
+            remove_entry(p)
+            removed.append(p.name)
     for p in _entries(checkpoints_root(out_dir)):
         m = LEFTOVER.fullmatch(p.name)
-        if m and p.is_dir():
+        if m and p.is_symlink():
+            remove_entry(p)
+            removed.append(f"{CHECKPOINTS_DIR}/{p.name}")
+        elif m and p.is_dir():
             target = p.with_name(m.group(1))
-            if m.group(2) == "old" and not target.exists() and (p / CONFIG_FILE).exists():
+            if (m.group(2) == "old" and not os.path.lexists(target)
+                    and (p / CONFIG_FILE).exists()):
                 os.replace(p, target)
                 continue
             shutil.rmtree(p, ignore_errors=True)
             removed.append(f"{CHECKPOINTS_DIR}/{p.name}")
-        elif p.is_dir() and (p / config_tmp).exists():
-            (p / config_tmp).unlink()
-            removed.append(f"{CHECKPOINTS_DIR}/{p.name}/{config_tmp}")
-    if (out_dir / log_tmp).exists():
-        (out_dir / log_tmp).unlink()
-        removed.append(log_tmp)
+        elif p.is_dir() and not p.is_symlink():
+            for q in _entries(p):
+                if is_temporary(q.name, _CHECKPOINT_FILES):
+                    remove_entry(q)
+                    removed.append(f"{CHECKPOINTS_DIR}/{p.name}/{q.name}")
     return removed
+
+
+def check_folders(out_dir: str | os.PathLike) -> None:
+    """Refuse a run directory whose folders are links: ``checkpoints/``, a checkpoint
+    ``step_X`` in it, or a group's ``seed-N`` (training would write wherever they point).
+
+    Raises:
+        RunDirError: naming the link.
+    """
+    out_dir = Path(out_dir)
+    check_real_dir(checkpoints_root(out_dir))
+    for p in _entries(checkpoints_root(out_dir)):
+        if not LEFTOVER.fullmatch(p.name):  # leftovers are removed, links or not
+            check_real_dir(p)
+    for p in _entries(out_dir):
+        if SEED_DIR.fullmatch(p.name):
+            check_real_dir(p)
+
+
+#: The files a run writes at its top level, and in a checkpoint, that are replaced atomically.
+_TOP_FILES = frozenset({RUN_FILE, GROUP_FILE, METRICS_FILE, BAD_LINES_FILE, SWEEP_FILE,
+                        "sweep.csv", "sweep.html"})
+_CHECKPOINT_FILES = frozenset({CONFIG_FILE, INDEX_FILE, STATE_FILE})
 
 
 # ------------------------------------------------------------------------- the run's files
@@ -246,9 +283,9 @@ def read_log(path: str | os.PathLike, stacklevel: int = 2
     for n, raw in enumerate(content.splitlines(), start=1):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw.decode())
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        try:  # a row holding a key twice is unreadable too: which value would count?
+            record = parse_json(METRICS_FILE, raw.decode())
+        except ValueError:  # UnicodeDecodeError included
             record = None
         step = record.get("step") if isinstance(record, dict) else None
         if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step):
@@ -260,14 +297,6 @@ def read_log(path: str | os.PathLike, stacklevel: int = 2
         warnings.warn(f"{path}: {len(bad)} unreadable line(s) set aside (line {lines}); every "
                       "other row is kept", stacklevel=stacklevel + 1)
     return records, bad
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: a reader never sees half
-    a file, and whatever was at ``path`` (a fifo, a symlink) is replaced, not opened."""
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
@@ -287,11 +316,11 @@ def cut_back(out_dir: str | os.PathLike, step: int) -> list[dict[str, Any]]:
     log = out_dir / METRICS_FILE
     records, bad = read_log(log, stacklevel=3)
     if bad:
-        with open(out_dir / BAD_LINES_FILE, "a") as f:
+        with open_append(out_dir / BAD_LINES_FILE) as f:
             f.writelines(json.dumps({"line": n, "text": text}) + "\n" for n, text in bad)
     kept = [r for r in records if r["step"] <= step]
     if log.exists():
-        write_atomic(log, "".join(json.dumps(r) + "\n" for r in kept))
+        replace_file(log, "".join(json.dumps(r) + "\n" for r in kept))
     return kept
 
 
@@ -318,17 +347,30 @@ def run_configs(out_dir: str | os.PathLike
                           "this directory again") from None
 
 
-def strip_state(path: str | os.PathLike) -> None:
+def strip_state(path: str | os.PathLike) -> bool:
     """Drop a checkpoint's training state, rewriting its ``config.json`` file list atomically
-    first (a kill in between leaves files that nothing lists, never a list naming lost files)."""
+    first (a kill in between leaves files that nothing lists, never a list naming lost files).
+
+    The checkpoint is verified first (``config.json``'s own digest and every file's SHA-256): one
+    that does not verify is left exactly as it is, still refused by every loader, with a warning;
+    it is never sealed again with whatever was edited into it. Returns whether it was stripped.
+    """
+    from tfmatcomp.runs.checkpoint import CheckpointError, read_config
+
     path = Path(path)
-    config_file = path / CONFIG_FILE
-    config = read_json_bounded(CONFIG_FILE, config_file)
+    try:
+        config = read_config(path, verify=True)
+    except CheckpointError as e:
+        warnings.warn(f"out_dir: {path} does not verify ({e}); its training state is left in "
+                      "place and it is not sealed again (loading it stays refused)",
+                      stacklevel=2)
+        return False
     for name in (STATE_TENSORS_FILE, STATE_FILE):
         config.get("files", {}).pop(name, None)
-    write_atomic(config_file, json.dumps(seal_config(config), indent=2, sort_keys=True))
+    replace_file(path / CONFIG_FILE, json.dumps(seal_config(config), indent=2, sort_keys=True))
     for name in (STATE_TENSORS_FILE, STATE_FILE):
         (path / name).unlink(missing_ok=True)
+    return True
 
 
 def fingerprint(out_dir: str | os.PathLike) -> tuple:
@@ -366,10 +408,15 @@ class RunDirLock:
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise RunDirError(f"out_dir: {self.out_dir} is a file, not a directory")
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: keep the holder's note
+        # O_NOFOLLOW, no O_TRUNC (the holder's note stays readable); a link, a hard link or
+        # anything but a regular file at .lock is refused before anything is written
+        fd = open_lock_file(self.path)
         try:
-            _lock(fd)
-        except OSError:
+            taken = filelock.lock_descriptor(fd, blocking=False)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not taken:
             holder = _read_holder(fd)
             os.close(fd)
             raise RunDirLockedError(f"out_dir: {self.out_dir} is in use by another trainer "
@@ -388,7 +435,7 @@ class RunDirLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             try:
-                _unlock(fd)
+                filelock.unlock_descriptor(fd)
             finally:
                 os.close(fd)
 
@@ -403,22 +450,6 @@ class RunDirLock:
             self.release()
         except Exception:  # interpreter shutdown: the process's end frees the lock anyway
             pass
-
-
-def _lock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    else:
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-
-
-def _unlock(fd: int) -> None:
-    if fcntl is not None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    else:
-        os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
 
 
 def _read_holder(fd: int) -> dict[str, Any]:

@@ -45,7 +45,6 @@ from tfmatcomp.training.loop import Schedule, TrainingStep, check_n_steps, resum
 from tfmatcomp.models.objectives import OBJECTIVES
 from tfmatcomp.training.plan import BATCHED_STEP, RunPlan, parse_seeds, plan_run
 from tfmatcomp.training.trainer import Trainer, TrainResult
-from tfmatcomp.validation import read_json_bounded
 
 __all__ = ["MultiSeedTrainer", "MultiSeedResult", "VmapStep", "train_many", "run_plan", "run_group",
            "write_group_file", "parse_seeds", "BATCHED_STEP"]
@@ -409,15 +408,17 @@ def write_group_file(out_dir: str | os.PathLike, seeds: list[int]) -> None:
     Seeds the file already lists whose run directory is still there stay in the group, so seeds
     trained into one directory by separate calls (``--seeds 1``, later ``--seeds 2``) form one
     group."""
+    from tfmatcomp.runs.files import replace_file
+    from tfmatcomp.runs.group import read_seeds
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        listed = read_json_bounded(GROUP_FILE, out_dir / GROUP_FILE)["seeds"]
-    except (OSError, ValueError, KeyError, TypeError):
+        listed = read_seeds(out_dir)
+    except ValueError:
         listed = []  # no file yet, or one this function did not write: start the group afresh
-    seeds = sorted({int(s) for s in seeds} | {s for s in listed if isinstance(s, int)
-                                              and seed_dir(out_dir, s).is_dir()})
-    (out_dir / GROUP_FILE).write_text(json.dumps(
+    seeds = sorted({int(s) for s in seeds} | {s for s in listed if seed_dir(out_dir, s).is_dir()})
+    replace_file(out_dir / GROUP_FILE, json.dumps(
         {"seeds": seeds, "runs": [seed_dir(".", s).name for s in seeds]}, indent=2))
 
 

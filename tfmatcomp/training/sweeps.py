@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from tfmatcomp.runs.files import replace_file
 from tfmatcomp.validation import read_json_bounded
 from tfmatcomp.runs.checkpoint import list_checkpoints
 from tfmatcomp.config import EncoderConfig, Preset, TaskConfig, TrainConfig
@@ -243,8 +244,8 @@ def _write_sweep_file(out_dir: Path, preset: str, seeds: list[int], configs: lis
     runs = {**old.get("runs", {}), **{c.name: c.values for c in configs}}
     fields = list(dict.fromkeys([*old.get("fields", []), *configs[0].values]))  # every grid's
     seeds = sorted(set(old.get("seeds", [])) | set(seeds))
-    path.write_text(json.dumps({"preset": preset, "seeds": seeds, "fields": fields, "runs": runs},
-                               indent=2))
+    replace_file(path, json.dumps({"preset": preset, "seeds": seeds, "fields": fields,
+                                   "runs": runs}, indent=2))
 
 
 def sweep(grid: Mapping[str, Sequence[Any]], preset: str | Preset = "tiny", *,

@@ -44,6 +44,7 @@ from tfmatcomp.interventions import Intervention
 from tfmatcomp.runs.checkpoint import load_checkpoint_info
 from tfmatcomp.runs.layout import GROUP_FILE, RUN_FILE, SEED_DIR, list_checkpoints, seed_dir
 from tfmatcomp.runs.rundir import run_configs
+from tfmatcomp.runs.group import read_seeds
 from tfmatcomp.validation import check_positive_int, read_json_bounded
 
 __all__ = ["over_checkpoints", "run_seeds", "COLUMNS"]
@@ -72,7 +73,7 @@ def run_seeds(run: str | os.PathLike) -> dict[int, Path]:
                          f"bundled run name, got {type(run).__name__}")
     path = Path(run)
     if path.is_dir() and (path / GROUP_FILE).exists():
-        seeds = [int(s) for s in read_json_bounded(GROUP_FILE, path / GROUP_FILE)["seeds"]]
+        seeds = read_seeds(path)
         runs = {s: seed_dir(path, s) for s in seeds if list_checkpoints(seed_dir(path, s))}
         if not runs:
             raise ValueError(f"run: no seed of the group {path} (seeds {seeds}) has checkpoints")
