@@ -33,7 +33,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.models.components import BertBlock, BertEmbed, BertMLMHead, Readout, Unembed
+from tfmatcomp.models.components import BertBlock, BertEmbed, BertMLMHead, MLMUnembed, Readout
 from tfmatcomp.models.components.attention import padding_mask
 from tfmatcomp.models.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
@@ -75,7 +75,7 @@ class HookedEncoder(HookedBase):
     hook_post``, ``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``,
     ``blocks.{l}.ln2.hook_scale|hook_normalized``, ``blocks.{l}.hook_normalized_resid_post``; and
     ``hook_readout`` ``[batch, pos]`` (regression head) or ``mlm_head.ln.hook_scale|
-    hook_normalized`` (masked-LM head). A LayerNorm's ``hook_scale`` (``[batch, pos, 1]``) and
+    hook_normalized``, ``unembed.hook_in|hook_out`` (masked-LM head). A LayerNorm's ``hook_scale`` (``[batch, pos, 1]``) and
     ``hook_normalized`` (``(x - mean) / scale``) come before its gain and bias, as in
     TransformerLens; its output after them is ``hook_full_embed`` (``embed.ln``),
     ``hook_normalized_resid_mid`` (``ln1``, the one hook TransformerLens lacks) or
@@ -97,7 +97,7 @@ class HookedEncoder(HookedBase):
             self.hook_readout = HookPoint()  # [batch, pos] (or [batch, pos, d_out] when d_out > 1)
         elif cfg.head == "masked_lm":
             self.mlm_head = BertMLMHead(cfg)
-            self.unembed = Unembed(cfg.d_model, cfg.d_vocab)
+            self.unembed = MLMUnembed(cfg.d_model, cfg.d_vocab)
         #: the checkpoint's HuggingFace tokenizer (set by :meth:`from_pretrained`); with one, the
         #: model speaks text: ``to_tokens`` / ``to_str_tokens`` / ``to_string`` go through it
         self.tokenizer = None

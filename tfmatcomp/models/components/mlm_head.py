@@ -11,8 +11,10 @@ from jaxtyping import Float
 from torch import Tensor, nn
 
 from tfmatcomp.config import EncoderConfig
+from tfmatcomp.models.components.hook_point import HookPoint
 from tfmatcomp.models.components.layer_norm import LayerNorm
 from tfmatcomp.models.components.mlp import _ACTS
+from tfmatcomp.models.components.readout import Unembed
 
 
 class BertMLMHead(nn.Module):
@@ -37,3 +39,24 @@ class BertMLMHead(nn.Module):
 
     def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
         return self.ln(self.act(x @ self.W + self.b))
+
+
+class MLMUnembed(Unembed):
+    """The masked-LM head's unembedding: :class:`~tfmatcomp.models.components.readout.Unembed`
+    (``W_U [d_model, d_vocab]``, ``b_U``) with TransformerLens 3.9's two hooks on it,
+    ``unembed.hook_in`` (``[batch, pos, d_model]``, the transformed residual) and
+    ``unembed.hook_out`` (``[batch, pos, d_vocab]``, the logits).
+
+    Example:
+        >>> import torch
+        >>> MLMUnembed(4, 10)(torch.zeros(2, 3, 4)).shape
+        torch.Size([2, 3, 10])
+    """
+
+    def __init__(self, d_model: int, d_vocab: int):
+        super().__init__(d_model, d_vocab)
+        self.hook_in = HookPoint()  # [batch, pos, d_model]
+        self.hook_out = HookPoint()  # [batch, pos, d_vocab]
+
+    def forward(self, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"]:
+        return self.hook_out(super().forward(self.hook_in(x)))
