@@ -238,3 +238,19 @@ def test_head_is_checked():
         tm.EncoderConfig(head="classifier")
     with pytest.raises(ValueError, match="head: must be"):
         HookedEncoder.from_pretrained(make("bert"), head="regression")
+
+
+def test_benchmark_script_runs_small():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "encoder_forward.py"), "--small",
+                          "--repeats", "1", "--pos", "16"], capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                           "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "| ours, run_with_cache |" in out.stdout
+    assert "| transformers, forward |" in out.stdout

@@ -10,9 +10,9 @@ output of block ``l - 1`` (``blocks.{l-1}.hook_normalized_resid_post``).
 
 * :func:`text_hidden_states`: every layer's hidden states of a batch.
 * :func:`probe_text`: per layer, R² of an affine probe for the token's **position** (its index
-  in the text) at the real tokens, and for the **hidden token** at the masked ones (the
-  unembedding row ``W_U[:, original id]`` the model would need to predict it: what the
-  masked-LM head has to read out). Train / test split by text.
+  in the text) at the real tokens, and for the **hidden token** at the masked ones (its input
+  embedding ``W_E[original id]``, which is also the unembedding column of a tied masked-LM
+  head). Train / test split by text.
 * :func:`decomposition_text`: per layer, :func:`~tfmatcomp.geometry.summary.summary_table` of
   the hidden states over the real tokens, ``[CLS]`` dropped (the positional component's rank
   estimate, stable rank and relative norm, ...).
@@ -59,25 +59,22 @@ def text_hidden_states(model: Any, batch: TextBatch) -> list[Float[Tensor, "batc
 def probe_text(model: Any, batch: TextBatch, ridge: float = 1e-3, test_fraction: float = 0.25,
                seed: int = 0) -> pd.DataFrame:
     """Per layer: ``r2_position`` (affine probe for the token's index, real tokens) and
-    ``r2_hidden_token`` (affine probe for ``W_U[:, original id]`` at the masked tokens; NaN
-    without a masked-LM head or with too few masked tokens), each fitted on the training texts
-    and scored on the held-out texts (split from ``torch.Generator().manual_seed(seed)``)."""
+    ``r2_hidden_token`` (affine probe for ``W_E[original id]`` at the masked tokens; NaN with
+    too few masked tokens), each fitted on the training texts and scored on the held-out texts
+    (split from ``torch.Generator().manual_seed(seed)``)."""
     train, test = split_matrices(batch.tokens.shape[0], test_fraction,
                                  torch.Generator().manual_seed(seed))
     is_train = torch.zeros(batch.tokens.shape[0], dtype=torch.bool)
     is_train[train] = True
     rows_train = is_train[:, None].expand_as(batch.tokens)
-    real = batch.labels != -100
+    real = (batch.labels != -100).cpu()
     index = torch.arange(batch.tokens.shape[1], dtype=torch.float64).expand(batch.tokens.shape)
-    unembed = getattr(model, "unembed", None)
-    target_token = (unembed.W_U.detach().to("cpu", torch.float64).T[batch.labels.clamp_min(0)]
-                    if unembed is not None else None)
+    target_token = model.W_E.detach().to("cpu", torch.float64)[batch.labels.clamp_min(0).cpu()]
     rows = []
     for layer, h in enumerate(text_hidden_states(model, batch)):
         row: dict[str, Any] = {"layer": layer}
         row["r2_position"] = _r2(h, index[..., None], real, rows_train, ridge)
-        row["r2_hidden_token"] = (_r2(h, target_token, batch.masked, rows_train, ridge)
-                                  if target_token is not None else float("nan"))
+        row["r2_hidden_token"] = _r2(h, target_token, batch.masked.cpu(), rows_train, ridge)
         rows.append(row)
     return pd.DataFrame(rows)
 

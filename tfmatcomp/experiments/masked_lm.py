@@ -18,16 +18,13 @@ padding). On a padded text batch :func:`uniform_attention_hooks` spreads it over
 tokens only (``1 / n_real`` on each), which equals
 :class:`~tfmatcomp.interventions.UniformAttentionAblation` when nothing is padded.
 
-=================================  ====================================================
-function                           what
-=================================  ====================================================
-:func:`masked_lm_metrics`          L_mask, acc_mask, L_obs, acc_obs of logits
-:func:`evaluate`                   the metrics of one run, with hooks or an intervention
-:func:`attention_ablation_text`    uniform ablation of all heads, each layer, or chosen heads
-:func:`head_scan_text`             every head ablated alone: the change in L_mask
-:func:`positional_permutation_text`  permuted positional embeddings, per seed
-:func:`patch_texts`                activation patching from one text into another
-=================================  ====================================================
+* :func:`masked_lm_metrics`: L_mask, acc_mask, L_obs, acc_obs of logits;
+* :func:`evaluate`: the metrics of one run, with hooks or an intervention;
+* :func:`hidden_change`: ``||h' - h|| / ||h||`` of the last layer (for a model without MLM head);
+* :func:`attention_ablation_text`: uniform ablation of all heads, of each layer, or of chosen heads;
+* :func:`head_scan_text`: every head ablated alone, the change in L_mask;
+* :func:`positional_permutation_text`: permuted positional embeddings, one row per seed;
+* :func:`patch_texts`: activation patching from one text into another.
 
 Example:
     >>> import tfmatcomp as tm
@@ -59,7 +56,7 @@ from tfmatcomp.interventions.sites import resolve_heads
 from tfmatcomp.validation import check_in_range, check_seed
 
 __all__ = ["TextBatch", "mask_text", "masked_lm_metrics", "evaluate", "uniform_attention_hooks",
-           "attention_ablation_text", "head_scan_text", "positional_permutation_text",
+           "hidden_change", "attention_ablation_text", "head_scan_text", "positional_permutation_text",
            "patch_texts", "IGNORE"]
 
 #: The label of a position that is not scored (as transformers' ``-100``).
@@ -186,10 +183,22 @@ def uniform_attention_hooks(model: Any, heads: Any, attention_mask: Tensor | Non
     return hooks
 
 
+def hidden_change(model: Any, batch: TextBatch, fwd_hooks: Iterable = ()) -> float:
+    """How far ``fwd_hooks`` move the last layer's hidden states: ``||h' - h|| / ||h||`` over
+    the batch's real tokens (for an encoder without a masked-LM head, where no loss exists)."""
+    with torch.no_grad():
+        clean = model.encoder_output(batch.tokens, **batch.model_kwargs())
+        with model.hooks(fwd_hooks=list(fwd_hooks)):
+            edited = model.encoder_output(batch.tokens, **batch.model_kwargs())
+    real = batch.attention_mask.bool()
+    return ((edited - clean)[real].norm() / clean[real].norm()).item()
+
+
 def attention_ablation_text(model: Any, batch: TextBatch, heads: Any = None) -> pd.DataFrame:
     """Metrics without ablation, with every head ablated, and with each layer's heads ablated
     (or, with ``heads``, with those heads): columns ``ablated``, ``L_mask``, ``acc_mask``,
-    ``L_obs``, ``acc_obs``, ``dL_mask`` (change from the clean run)."""
+    ``L_obs``, ``acc_obs``, ``dL_mask`` (change from the clean run). A model without the
+    masked-LM head gets one column instead, ``hidden_change`` (:func:`hidden_change`)."""
     conditions: list[tuple[str, Any]] = [("none", None)]
     if heads is not None:
         conditions.append((str(heads), heads))
@@ -200,8 +209,13 @@ def attention_ablation_text(model: Any, batch: TextBatch, heads: Any = None) -> 
     rows = []
     for label, spec in conditions:
         hooks = [] if spec is None else uniform_attention_hooks(model, spec, batch.attention_mask)
-        rows.append({"ablated": label, **evaluate(model, batch, hooks)})
+        if model.cfg.head != "masked_lm":
+            rows.append({"ablated": label, "hidden_change": hidden_change(model, batch, hooks)})
+        else:
+            rows.append({"ablated": label, **evaluate(model, batch, hooks)})
     df = pd.DataFrame(rows)
+    if model.cfg.head != "masked_lm":
+        return df
     df["dL_mask"] = df["L_mask"] - df["L_mask"].iloc[0]
     return df
 
