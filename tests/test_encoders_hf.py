@@ -254,3 +254,9 @@ def test_benchmark_script_runs_small():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| ours, run_with_cache |" in out.stdout
     assert "| transformers, forward |" in out.stdout
+
+
+def test_trainer_refuses_a_masked_lm_head():
+    cfg = tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8, d_mlp=16, n_ctx=16, head="masked_lm")
+    with pytest.raises(ValueError, match="model_cfg: head 'masked_lm' cannot be trained"):
+        tm.Trainer("tiny", model_cfg=cfg)
