@@ -53,6 +53,12 @@ RETURN_TYPES: dict[str, tuple[str | None, ...]] = {
 }
 
 
+def _is_text(x: Any) -> bool:
+    """A string or a non-empty list of strings: text for the model's tokenizer."""
+    return isinstance(x, str) or (isinstance(x, list) and bool(x)
+                                  and all(isinstance(t, str) for t in x))
+
+
 class HookedEncoder(HookedBase):
     """BERT encoder for matrix completion, with hooks at every activation.
 
@@ -174,7 +180,7 @@ class HookedEncoder(HookedBase):
             >>> loss.shape, cache["blocks.0.hook_resid_pre_grad"].shape
             (torch.Size([]), torch.Size([2, 16, 64]))
         """
-        if isinstance(tokens, (str, list)):  # text, as TransformerLens 3's HookedEncoder
+        if _is_text(tokens):  # text, as TransformerLens 3's HookedEncoder
             tokens, types, mask = self.to_tokens(tokens)
             token_type_ids = types if token_type_ids is None else token_type_ids
             attention_mask = mask if attention_mask is None else attention_mask
@@ -278,7 +284,7 @@ class HookedEncoder(HookedBase):
              0.50 -0.25
                 ?  1.00
         """
-        if isinstance(matrices, (str, list)):
+        if _is_text(matrices):
             return self._text_tokens(matrices, move_to_device, truncate)
         matrices, observed = self._with_batch_axis(matrices, observed)
         b, n_rows, n_cols = matrices.shape
@@ -338,9 +344,6 @@ class HookedEncoder(HookedBase):
     def _text_tokens(self, text: str | list[str], move_to_device: bool = True,
                      truncate: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         tokenizer = self._need_tokenizer("text input")
-        if isinstance(text, list) and not all(isinstance(t, str) for t in text):
-            raise ValueError("text: expected a string or a list of strings, got a list holding "
-                             f"{sorted({type(t).__name__ for t in text})}")
         enc = tokenizer(text, return_tensors="pt", padding=True, truncation=truncate,
                         max_length=self.cfg.n_ctx if truncate else None)
         tokens, mask = enc["input_ids"], enc["attention_mask"]
@@ -367,7 +370,7 @@ class HookedEncoder(HookedBase):
             ['[CLS]', 'the', '[MASK]', 'sat', '[SEP]']
         """
         tokenizer = self._need_tokenizer("to_str_tokens")
-        if isinstance(input, (str, list)):
+        if _is_text(input):
             tokens = self._text_tokens(input, move_to_device=False)[0]
             single = isinstance(input, str)
         else:
