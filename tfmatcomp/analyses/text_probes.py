@@ -14,8 +14,8 @@ output of block ``l - 1`` (``blocks.{l-1}.hook_normalized_resid_post``).
   embedding ``W_E[original id]``, which is also the unembedding column of a tied masked-LM
   head). Train / test split by text.
 * :func:`decomposition_text`: per layer, :func:`~tfmatcomp.geometry.summary.summary_table` of
-  the hidden states over the real tokens, ``[CLS]`` dropped (the positional component's rank
-  estimate, stable rank and relative norm, ...).
+  the hidden states over the positions every text covers, ``[CLS]`` dropped (the positional
+  component's rank estimate, stable rank and relative norm, ...).
 
 Example:
     >>> import tfmatcomp as tm
@@ -89,9 +89,14 @@ def _r2(h: Tensor, target: Tensor, where: Tensor, rows_train: Tensor, ridge: flo
 
 def decomposition_text(model: Any, batch: TextBatch, drop_first: int = 1) -> pd.DataFrame:
     """:func:`~tfmatcomp.geometry.summary.summary_table` of every layer's hidden states over the
-    batch's real tokens (padding masked out; ``drop_first`` leading tokens dropped, 1 for
-    ``[CLS]``): one row per layer, 0 = the embeddings."""
+    positions every text of the batch covers (the shortest text's length: no padding inside, so
+    each position's mean is over all texts and the relative norm lies in ``[0, 1]``), the first
+    ``drop_first`` tokens dropped (1: ``[CLS]``): one row per layer, 0 = the embeddings."""
     from tfmatcomp.geometry.summary import summary_table
 
-    states = text_hidden_states(model, batch)
-    return summary_table(states, mask=batch.attention_mask.bool().cpu(), drop_first=drop_first)
+    common = int(batch.attention_mask.sum(1).min())
+    if common <= drop_first:
+        raise ValueError(f"batch: its shortest text has {common} tokens, not more than "
+                         f"drop_first={drop_first}")
+    states = [h[:, :common] for h in text_hidden_states(model, batch)]
+    return summary_table(states, drop_first=drop_first)
