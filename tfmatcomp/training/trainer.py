@@ -171,9 +171,6 @@ class Trainer:
         self.task = self.task_cfg.build()
         #: what the model kind decides: tokens, loss, logged metrics
         self.objective = objective_for(self.model_cfg)
-        if getattr(self.model_cfg, "head", "regression") != "regression":
-            raise ValueError(f"model_cfg: head {self.model_cfg.head!r} cannot be trained on matrix "
-                             "completion; the trainer trains head 'regression' (the papers' read-out)")
         needed = self.objective.positions_needed(self.task.n_positions)
         if needed > self.model_cfg.n_ctx:
             raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
