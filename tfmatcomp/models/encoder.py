@@ -1,11 +1,16 @@
-"""HookedEncoder: a post-LN BERT encoder with TransformerLens hook points and a real-valued read-out.
+"""HookedEncoder: a post-LN BERT encoder with TransformerLens hook points and one of three heads.
 
 The whole forward pass, readable in one sitting::
 
     x = embed(tokens)                      # LN(W_E[tokens] + W_pos), hook_full_embed
     for block in blocks:                   # post-LN BERT blocks
-        x = block(x)
-    predictions = readout(x)               # [batch, pos], hook_readout
+        x = block(x)                       # x is now encoder_output(tokens)
+    predictions = readout(x)               # head "regression": [batch, pos], hook_readout
+    logits = unembed(mlm_head(x))          # head "masked_lm": [batch, pos, d_vocab]
+                                           # head "none": x itself
+
+Real masked-language encoders (BERT, RoBERTa, DistilBERT) load with :meth:`HookedEncoder.from_pretrained`
+and take text through their own tokenizer (:meth:`~HookedEncoder.to_tokens`).
 
 Example:
     >>> import torch
@@ -28,7 +33,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 from tfmatcomp.models.components.hook_point import HookPoint
 
-from tfmatcomp.models.components import BertBlock, BertEmbed, Readout
+from tfmatcomp.models.components import BertBlock, BertEmbed, BertMLMHead, MLMUnembed, Readout
 from tfmatcomp.models.components.attention import padding_mask
 from tfmatcomp.models.cache import EncoderActivationCache
 from tfmatcomp.config import EncoderConfig
@@ -40,7 +45,18 @@ from tfmatcomp.validation import check_choice, shape_text
 
 __all__ = ["HookedEncoder", "UncheckedForward", "UnknownHookError"]
 
-RETURN_TYPES = ("predictions", "hidden", "loss", None)
+#: The return types each head allows; the first is the default (``return_type="default"``).
+RETURN_TYPES: dict[str, tuple[str | None, ...]] = {
+    "regression": ("predictions", "hidden", "loss", None),
+    "masked_lm": ("logits", "predictions", "hidden", None),
+    "none": ("hidden", None),
+}
+
+
+def _is_text(x: Any) -> bool:
+    """A string or a non-empty list of strings: text for the model's tokenizer."""
+    return isinstance(x, str) or (isinstance(x, list) and bool(x)
+                                  and all(isinstance(t, str) for t in x))
 
 
 class HookedEncoder(HookedBase):
@@ -52,6 +68,9 @@ class HookedEncoder(HookedBase):
             and embeddings, zero biases, unit LayerNorm; PyTorch's default for the read-out as in
             the papers' code).
 
+    The config's ``head`` says what sits on the last block: the papers' regression read-out,
+    BERT's masked-LM head (``mlm_head``, ``unembed``; TransformerLens 3's names) or nothing.
+
     Hook names and meanings follow TransformerLens's HookedEncoder (3.x): ``embed.hook_embed``,
     ``embed.hook_pos_embed``, ``embed.hook_token_type_embed``, ``embed.ln.hook_scale``,
     ``embed.ln.hook_normalized``, ``hook_full_embed``; per block ``blocks.{l}.hook_resid_pre``,
@@ -61,7 +80,8 @@ class HookedEncoder(HookedBase):
     hook_normalized``, ``blocks.{l}.hook_normalized_resid_mid``, ``blocks.{l}.mlp.hook_pre|
     hook_post``, ``blocks.{l}.hook_mlp_out``, ``blocks.{l}.hook_resid_post``,
     ``blocks.{l}.ln2.hook_scale|hook_normalized``, ``blocks.{l}.hook_normalized_resid_post``; and
-    ``hook_readout`` ``[batch, pos]``. A LayerNorm's ``hook_scale`` (``[batch, pos, 1]``) and
+    ``hook_readout`` ``[batch, pos]`` (regression head) or ``mlm_head.ln.hook_scale|
+    hook_normalized``, ``unembed.hook_in|hook_out`` (masked-LM head). A LayerNorm's ``hook_scale`` (``[batch, pos, 1]``) and
     ``hook_normalized`` (``(x - mean) / scale``) come before its gain and bias, as in
     TransformerLens; its output after them is ``hook_full_embed`` (``embed.ln``),
     ``hook_normalized_resid_mid`` (``ln1``, the one hook TransformerLens lacks) or
@@ -78,8 +98,15 @@ class HookedEncoder(HookedBase):
         self.embed = BertEmbed(cfg)
         self.hook_full_embed = HookPoint()  # [batch, pos, d_model]
         self.blocks = nn.ModuleList([BertBlock(cfg) for _ in range(cfg.n_layers)])
-        self.readout = Readout(cfg.d_model, cfg.d_out)
-        self.hook_readout = HookPoint()  # [batch, pos] (or [batch, pos, d_out] when d_out > 1)
+        if cfg.head == "regression":
+            self.readout = Readout(cfg.d_model, cfg.d_out)
+            self.hook_readout = HookPoint()  # [batch, pos] (or [batch, pos, d_out] when d_out > 1)
+        elif cfg.head == "masked_lm":
+            self.mlm_head = BertMLMHead(cfg)
+            self.unembed = MLMUnembed(cfg.d_model, cfg.d_vocab)
+        #: the checkpoint's HuggingFace tokenizer (set by :meth:`from_pretrained`); with one, the
+        #: model speaks text: ``to_tokens`` / ``to_str_tokens`` / ``to_string`` go through it
+        self.tokenizer = None
         self.init_weights(torch.Generator().manual_seed(seed))
         self.setup()
 
@@ -95,6 +122,8 @@ class HookedEncoder(HookedBase):
         the read-out uniformly in ``±1/sqrt(d_model)``."""
         if self.embed.padding_idx is not None:
             self.embed.W_E[self.embed.padding_idx].zero_()
+        if self.cfg.head != "regression":
+            return
         bound = 1 / math.sqrt(self.cfg.d_model)
         for p in self.readout.parameters():
             p.copy_(torch.rand(p.shape, generator=generator) * 2 * bound - bound)
@@ -115,22 +144,30 @@ class HookedEncoder(HookedBase):
 
     def forward(
         self,
-        tokens: Int[Tensor, "batch pos"],
+        tokens: Int[Tensor, "batch pos"] | str | list[str],
         token_type_ids: Int[Tensor, "batch pos"] | None = None,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
-        return_type: Literal["predictions", "hidden", "loss", None] = "predictions",
+        return_type: str | None = "default",
         values: Float[Tensor, "batch pos"] | None = None,
-    ) -> Float[Tensor, "batch pos"] | Float[Tensor, "batch pos d_model"] | Float[Tensor, ""] | None:
+    ) -> Tensor | list[str] | None:
         """Run the encoder.
 
         Args:
-            tokens: token ids ``[batch, pos]`` with ``pos <= n_ctx``.
+            tokens: token ids ``[batch, pos]`` with ``pos <= n_ctx``; or, for a model with a
+                tokenizer (:meth:`from_pretrained`), a string or a list of strings, tokenized by
+                :meth:`to_tokens` (its token types and attention mask are used unless given).
             token_type_ids: segment ids (only when the config has token-type embeddings).
-            attention_mask: 1 for real tokens, 0 for padding (keys at 0 get no attention).
-            return_type: ``"predictions"`` (read-out, ``[batch, pos]``), ``"hidden"`` (last
-                block's output ``[batch, pos, d_model]``), ``"loss"`` (the papers' MSE over all
-                entries against ``values``, a scalar: what TransformerLens's
-                ``run_with_cache(..., incl_bwd=True)`` differentiates) or None.
+            attention_mask: 1 for real tokens, 0 for padding (keys at 0 get no attention;
+                TransformerLens 3's ``one_zero_attention_mask``).
+            return_type: ``"default"`` is the head's output: ``"predictions"`` for the regression
+                head (read-out, ``[batch, pos]``), ``"logits"`` for the masked-LM head
+                (``[batch, pos, d_vocab]``), ``"hidden"`` for none. Also: ``"hidden"`` (the last
+                block's output ``[batch, pos, d_model]``, :meth:`encoder_output`), None;
+                regression only: ``"loss"`` (the papers' MSE over all entries against
+                ``values``, a scalar: what TransformerLens's ``run_with_cache(...,
+                incl_bwd=True)`` differentiates); masked-LM only: ``"predictions"`` (as
+                TransformerLens 3: the top-1 token at each MASK token, decoded, as a list of
+                strings in batch order).
             values: the matrices' values ``[batch, pos]`` (``MatrixBatch.values``), needed by
                 ``return_type="loss"``.
 
@@ -143,16 +180,50 @@ class HookedEncoder(HookedBase):
             >>> loss.shape, cache["blocks.0.hook_resid_pre_grad"].shape
             (torch.Size([]), torch.Size([2, 16, 64]))
         """
-        self.check_tokens(tokens)
-        check_choice("return_type", return_type, RETURN_TYPES)
-        if token_type_ids is not None:
-            self._check_token_types(token_type_ids, tokens)
+        if _is_text(tokens):  # text, as TransformerLens 3's HookedEncoder
+            tokens, types, mask = self.to_tokens(tokens)
+            token_type_ids = types if token_type_ids is None else token_type_ids
+            attention_mask = mask if attention_mask is None else attention_mask
+        allowed = RETURN_TYPES[self.cfg.head]
+        if return_type == "default":
+            return_type = allowed[0]
+        if return_type not in allowed:
+            raise ValueError(f"return_type: must be one of {allowed} (or 'default') for a model "
+                             f"with head {self.cfg.head!r}, got {return_type!r}")
+        self._check_inputs(tokens, token_type_ids, attention_mask)
         if (return_type == "loss") != (values is not None):
             raise ValueError("values: give the matrices' values [batch, pos] (MatrixBatch.values) "
                              "with return_type='loss', and only then")
         if values is not None and (not torch.is_tensor(values) or values.shape != tokens.shape):
             raise ValueError(f"values: expected shape {tuple(tokens.shape)} (as tokens), got "
                              f"{shape_text(values)}")
+        if return_type == "loss":
+            predictions = self._run(tokens, token_type_ids, attention_mask, "predictions")
+            return mse(predictions, values.to(predictions.dtype))
+        if return_type == "predictions" and self.cfg.head == "masked_lm":
+            logits = self._run(tokens, token_type_ids, attention_mask, "logits")
+            tokenizer = self._need_tokenizer("return_type='predictions'")
+            at_mask = tokens == tokenizer.mask_token_id
+            return [tokenizer.decode([i]) for i in logits[at_mask].argmax(-1).tolist()]
+        return self._run(tokens, token_type_ids, attention_mask, return_type)
+
+    def encoder_output(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        token_type_ids: Int[Tensor, "batch pos"] | None = None,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+    ) -> Float[Tensor, "batch pos d_model"]:
+        """The last block's output ``[batch, pos, d_model]`` (the residual stream before any head),
+        as TransformerLens 3's ``HookedEncoder.encoder_output`` (its third argument,
+        ``one_zero_attention_mask`` there, is ``attention_mask`` here); the same as
+        ``model(tokens, return_type="hidden")``."""
+        self._check_inputs(tokens, token_type_ids, attention_mask)
+        return self._run(tokens, token_type_ids, attention_mask, "hidden")
+
+    def _check_inputs(self, tokens: Any, token_type_ids: Any, attention_mask: Any) -> None:
+        self.check_tokens(tokens)
+        if token_type_ids is not None:
+            self._check_token_types(token_type_ids, tokens)
         if attention_mask is not None:
             if not torch.is_tensor(attention_mask) or attention_mask.shape != tokens.shape:
                 raise ValueError(f"attention_mask: expected shape {tuple(tokens.shape)}, got "
@@ -161,14 +232,11 @@ class HookedEncoder(HookedBase):
                     ((attention_mask != 0) & (attention_mask != 1)).any()):
                 raise ValueError("attention_mask: must hold only 0 (padding) and 1 (token), or be "
                                  "boolean")
-        if return_type == "loss":
-            predictions = self._run(tokens, token_type_ids, attention_mask, "predictions")
-            return mse(predictions, values.to(predictions.dtype))
-        return self._run(tokens, token_type_ids, attention_mask, return_type)
 
     def _run(self, tokens, token_type_ids=None, attention_mask=None, return_type="predictions"):
         """The forward pass without the token-value checks (which read tensor values and so cannot
-        run under ``torch.func.vmap``); callers validate first, as :meth:`forward` does."""
+        run under ``torch.func.vmap``); callers validate first, as :meth:`forward` does.
+        ``return_type`` "predictions" means the head's output (values or logits)."""
         additive_mask = None
         if attention_mask is not None:
             if attention_mask.shape != tokens.shape:
@@ -179,20 +247,32 @@ class HookedEncoder(HookedBase):
         x = self.hook_full_embed(self.embed(tokens, token_type_ids))
         for block in self.blocks:
             x = block(x, additive_mask)
-        if return_type == "hidden":
-            return x
+        if return_type == "hidden" or self.cfg.head == "none":
+            return x if return_type is not None else None
+        if self.cfg.head == "masked_lm":
+            logits = self.unembed(self.mlm_head(x))
+            return logits if return_type is not None else None
         predictions = self.hook_readout(self.readout(x))
-        return predictions if return_type == "predictions" else None
+        return predictions if return_type is not None else None
 
     @property
     def W_pos(self) -> Float[Tensor, "n_ctx d_model"]:
         return self.embed.W_pos
 
     # ------------------------------------------------------- matrices <-> tokens
-    def to_tokens(self, matrices: Float[Tensor, "*batch n_rows n_cols"],
-                  observed: Bool[Tensor, "*batch n_rows n_cols"] | None = None
-                  ) -> Int[Tensor, "batch pos"]:
-        """TransformerLens's ``to_tokens`` for matrices: the token ids ``[batch, n_rows * n_cols]``
+    def to_tokens(self, matrices: Float[Tensor, "*batch n_rows n_cols"] | str | list[str],
+                  observed: Bool[Tensor, "*batch n_rows n_cols"] | None = None,
+                  move_to_device: bool = True, truncate: bool = True,
+                  ) -> Int[Tensor, "batch pos"] | tuple[Tensor, Tensor, Tensor]:
+        """TransformerLens's ``to_tokens``, for text or for matrices.
+
+        Text (a string or a list of strings, for a model with a tokenizer, see
+        :meth:`from_pretrained`): as TransformerLens 3's ``HookedEncoder.to_tokens``, the
+        tokenizer's ``(tokens, token_type_ids, attention_mask)``, each ``[batch, pos]``, padded on
+        the tokenizer's side to the longest text and (``truncate=True``) cut at ``n_ctx``; the
+        token types are zeros where the tokenizer gives none (RoBERTa, DistilBERT).
+
+        Matrices: the token ids ``[batch, n_rows * n_cols]``
         of ``matrices`` (``[batch, n_rows, n_cols]`` or one ``[n_rows, n_cols]``), MASK where
         ``observed`` is False (default: everything observed), with the papers' tokenizer.
 
@@ -204,6 +284,8 @@ class HookedEncoder(HookedBase):
              0.50 -0.25
                 ?  1.00
         """
+        if _is_text(matrices):
+            return self._text_tokens(matrices, move_to_device, truncate)
         matrices, observed = self._with_batch_axis(matrices, observed)
         b, n_rows, n_cols = matrices.shape
         if n_rows * n_cols > self.cfg.n_ctx:
@@ -221,10 +303,17 @@ class HookedEncoder(HookedBase):
 
     def to_string(self, tokens: Int[Tensor, "*batch pos"], n_cols: int | None = None
                   ) -> str | list[str]:
-        """TransformerLens's ``to_string`` for matrices: each row of token ids as a matrix of
-        values, ``?`` for MASK; ``n_cols`` defaults to the square side. One string for ``[pos]``
-        (or a batch of one), a list for a batch."""
+        """TransformerLens's ``to_string``. A model with a tokenizer decodes with it (one string for
+        ``[pos]``, a list for ``[batch, pos]``). Otherwise, for matrices: each row of token ids as a
+        matrix of values, ``?`` for MASK; ``n_cols`` defaults to the square side. One string for
+        ``[pos]`` (or a batch of one), a list for a batch."""
         tokens = torch.as_tensor(tokens)
+        if self.tokenizer is not None:
+            if tokens.ndim not in (1, 2):
+                raise ValueError(f"tokens: expected [pos] or [batch, pos], got {shape_text(tokens)}")
+            if tokens.ndim == 1:
+                return self.tokenizer.decode(tokens.tolist())
+            return [self.tokenizer.decode(row) for row in tokens.tolist()]
         single = tokens.ndim == 1
         tokens = tokens[None] if single else tokens
         self.check_tokens(tokens)
@@ -244,7 +333,79 @@ class HookedEncoder(HookedBase):
             texts.append("\n".join(lines))
         return texts[0] if single or len(texts) == 1 else texts
 
+    # ------------------------------------------------------------------ text
+    def _need_tokenizer(self, what: str) -> Any:
+        if self.tokenizer is None:
+            raise ValueError(f"{what} needs the model's tokenizer, and this model has none (a "
+                             "model from HookedEncoder.from_pretrained has its checkpoint's; or "
+                             "set model.tokenizer to a transformers tokenizer)")
+        return self.tokenizer
+
+    def _text_tokens(self, text: str | list[str], move_to_device: bool = True,
+                     truncate: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+        tokenizer = self._need_tokenizer("text input")
+        enc = tokenizer(text, return_tensors="pt", padding=True, truncation=truncate,
+                        max_length=self.cfg.n_ctx if truncate else None)
+        tokens, mask = enc["input_ids"], enc["attention_mask"]
+        types = enc.get("token_type_ids")
+        types = torch.zeros_like(tokens) if types is None else types
+        if move_to_device:
+            tokens, types, mask = (t.to(self.device) for t in (tokens, types, mask))
+        return tokens, types, mask
+
+    def to_str_tokens(self, input: str | list[str] | Int[Tensor, "*batch pos"]
+                      ) -> list[str] | list[list[str]]:
+        """Each token as its tokenizer string (TransformerLens's ``to_str_tokens``): a string or
+        ``[pos]`` ids give a list of strings; a list of strings or ``[batch, pos]`` ids give one
+        list per row (padding included, as ``to_tokens`` pads).
+
+        Example:
+            >>> import tfmatcomp as tm
+            >>> from transformers import BertTokenizerFast
+            >>> model = tm.HookedEncoder(tm.EncoderConfig(n_layers=1, n_heads=2, d_model=8,
+            ...     d_mlp=16, n_ctx=8, d_vocab=30, head="masked_lm"))
+            >>> words = "[PAD] [UNK] [CLS] [SEP] [MASK] the cat sat".split()
+            >>> model.tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(words)})
+            >>> model.to_str_tokens("the [MASK] sat")
+            ['[CLS]', 'the', '[MASK]', 'sat', '[SEP]']
+        """
+        tokenizer = self._need_tokenizer("to_str_tokens")
+        if _is_text(input):
+            tokens = self._text_tokens(input, move_to_device=False)[0]
+            single = isinstance(input, str)
+        else:
+            tokens = torch.as_tensor(input)
+            if tokens.ndim not in (1, 2):
+                raise ValueError(f"input: expected [pos] or [batch, pos] ids, got {shape_text(tokens)}")
+            single = tokens.ndim == 1
+            tokens = tokens[None] if single else tokens
+        rows = [tokenizer.convert_ids_to_tokens(row) for row in tokens.tolist()]
+        return rows[0] if single else rows
+
+    @property
+    def W_U(self) -> Float[Tensor, "d_model d_vocab"]:
+        """The unembedding (masked-LM head only), TransformerLens's ``W_U``."""
+        return self.unembed.W_U
+
+    @property
+    def b_U(self) -> Float[Tensor, "d_vocab"]:
+        return self.unembed.b_U
+
     # --------------------------------------------------------- conversion
+    @classmethod
+    def from_pretrained(cls, name_or_path: Any, *, head: str | None = None,
+                        trust_pickle: bool = False, dtype: torch.dtype = torch.float32,
+                        device: torch.device | str | None = None, tokenizer: Any = "auto",
+                        **hf_kwargs: Any) -> "HookedEncoder":
+        """A real BERT, RoBERTa or DistilBERT, loaded by transformers' own loaders.
+
+        See :func:`tfmatcomp.models.conversion.encoders.from_pretrained`.
+        """
+        from tfmatcomp.models.conversion.encoders import from_pretrained
+
+        return from_pretrained(cls, name_or_path, head=head, trust_pickle=trust_pickle,
+                               dtype=dtype, device=device, tokenizer=tokenizer, **hf_kwargs)
+
     @classmethod
     def from_hf(cls, bert: nn.Module, readout: nn.Linear | None = None, **overrides: Any) -> "HookedEncoder":
         """Build from a transformers ``BertModel`` (or a model with a ``.bert`` attribute).

@@ -111,8 +111,12 @@ class EncoderObjective(Objective):
     fast_step = True
 
     def parameter_count(self, cfg: EncoderConfig) -> int:
-        embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * cfg.d_model + 2 * cfg.d_model
-        return embed + super().parameter_count(cfg) + cfg.d_model * cfg.d_out + cfg.d_out
+        d = cfg.d_model
+        embed = (cfg.d_vocab + cfg.n_ctx + cfg.n_token_types) * d + 2 * d
+        head = {"regression": d * cfg.d_out + cfg.d_out,            # readout W, b
+                "masked_lm": d * d + 3 * d + (d + 1) * cfg.d_vocab,  # mlm_head W, b, ln; unembed
+                "none": 0}[cfg.head]
+        return embed + super().parameter_count(cfg) + head
 
     def positions_needed(self, n_positions: int) -> int:
         return int(n_positions)

@@ -219,10 +219,13 @@ def plan_configs(model_cfg: EncoderConfig | DecoderConfig, task_cfg: TaskConfig,
     step decided, a group batched or not (``batched`` forces it).
 
     Raises:
-        ValueError: ``resume`` with ``overwrite``; ``fast=True`` for a run the fast step cannot
-            train; bad ``seeds``.
+        ValueError: ``resume`` with ``overwrite``; an encoder whose head is not the regression
+            read-out; ``fast=True`` for a run the fast step cannot train; bad ``seeds``.
     """
     check_resume_overwrite(resume, overwrite)
+    if getattr(model_cfg, "head", "regression") != "regression":
+        raise ValueError(f"model_cfg: head {model_cfg.head!r} cannot be trained on matrix "
+                         "completion; training fits head 'regression' (the papers' read-out)")
     dev = check_device("device", device) if device is not None else default_device()
     fast, why = _step(model_cfg, train_cfg, dev, own_step)
     seed_list = tuple(parse_seeds(seeds)) if seeds is not None else None
