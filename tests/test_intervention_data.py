@@ -193,7 +193,8 @@ def test_an_intervention_without_a_kind_says_so():
 
 
 # ------------------------------------------------------------------ experiment tables and report
-from tfmatcomp.datapath import loss_values, predict, sample_batch  # noqa: E402
+from tfmatcomp.datapath import predict, sample_batch
+from tfmatcomp.task.metrics import losses  # noqa: E402
 from tfmatcomp.experiments import (activation_patching, attention_ablation, copying_check,  # noqa: E402
                                    head_ablation_scan, head_group_ablation, positional_permutation,
                                    weight_transplant)
@@ -210,7 +211,7 @@ def _rebuilt(text: str) -> Intervention:
 
 def _losses_again(model, text, seed=0):
     batch = sample_batch(TASK_CFG, N, seed)
-    return loss_values(predict(model, batch, _rebuilt(text)), batch)
+    return losses(predict(model, batch, _rebuilt(text)), batch, as_floats=True)
 
 
 def test_loss_tables_record_what_they_ran(model):

@@ -22,7 +22,6 @@ from tfmatcomp.runs.checkpoint import (CheckpointError, ConfigMismatchError, lis
 from tfmatcomp.training.trainer import Trainer, TrainResult, read_metrics, train
 from tfmatcomp.training.multiseed import MultiSeedResult, MultiSeedTrainer, train_many
 from tfmatcomp.pretrained import load_pretrained
-from tfmatcomp.datapath import loss_values
 from tfmatcomp.training.sweeps import SweepResult, sweep
 
 __version__ = "0.1.0"
@@ -30,7 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EncoderConfig", "TaskConfig", "TrainConfig", "Preset", "PRESETS", "get_preset",
     "MatrixBatch", "MatrixCompletionTask", "ValueTokenizer", "MASK_TOKEN_ID",
-    "HookedEncoder", "HookedDecoder", "DecoderConfig", "UnknownHookError", "losses", "loss_values", "mse",
+    "HookedEncoder", "HookedDecoder", "DecoderConfig", "UnknownHookError", "losses", "mse",
     "L_mask_prime",
     "CheckpointError", "ConfigMismatchError", "list_checkpoints", "load_checkpoint",
     "save_checkpoint", "Trainer", "TrainResult", "read_metrics", "train", "train_many",

@@ -19,7 +19,7 @@ from typing import Any, Iterator, Literal, Mapping
 
 import pandas as pd
 
-from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
+from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import (PAPER_ABLATION_ALL, PAPER_HEAD_GROUP_VALUES,
                                              PAPER_HEAD_GROUPS, POST)
 from tfmatcomp.experiments.table import experiment_table, loss_row
@@ -27,6 +27,7 @@ from tfmatcomp.interventions import (MeanAttentionAblation, UniformAttentionAbla
                                      paper_label, resolve_heads, to_json)
 from tfmatcomp.interventions.sites import HeadSpec
 from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.task.metrics import losses
 
 __all__ = ["attention_ablation", "head_group_ablation", "head_ablation_scan"]
 
@@ -167,10 +168,10 @@ def head_group_ablation(
     rows = []
     for label, model, batch in _seeded_batches(models, task, n_samples, seed):
         spec = _groups(groups, model.cfg.n_layers, model.cfg.n_heads)
-        base = loss_values(predict(model, batch, None, batch_size), batch)
+        base = losses(predict(model, batch, None, batch_size), batch, as_floats=True)
         for name, heads in spec.items():
             iv = _ablation(heads, variant)
-            with_ = loss_values(predict(model, batch, iv, batch_size), batch)
+            with_ = losses(predict(model, batch, iv, batch_size), batch, as_floats=True)
             row = {"model": label, "group": name, "heads_paper": paper_label(heads), "heads": heads}
             for k in ("L", "L_obs", "L_mask"):
                 row[f"{k}_without"], row[f"{k}_with"] = base[k], with_[k]
@@ -222,13 +223,13 @@ def head_ablation_scan(
         raise ValueError(f"metric: must be 'L', 'L_obs' or 'L_mask', got {metric!r}")
     tables, baselines, cells = {}, {}, {}
     for label, model, batch in _seeded_batches(models, task, n_samples, seed):
-        base = loss_values(predict(model, batch, None, batch_size), batch)[metric]
+        base = losses(predict(model, batch, None, batch_size), batch, as_floats=True)[metric]
         grid = []
         for l in range(model.cfg.n_layers):
             row = []
             for h in range(model.cfg.n_heads):
                 iv = _ablation([(l, h)], variant)
-                row.append(loss_values(predict(model, batch, iv, batch_size), batch)[metric] - base)
+                row.append(losses(predict(model, batch, iv, batch_size), batch, as_floats=True)[metric] - base)
                 cells[(l, h)] = to_json(iv)
             grid.append(row)
         table = pd.DataFrame(grid)

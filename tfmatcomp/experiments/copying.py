@@ -23,11 +23,11 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
+from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
 from tfmatcomp.experiments.table import experiment_table
 from tfmatcomp.interventions import MaskSubstitution, to_json
-from tfmatcomp.task.metrics import L_mask_prime
+from tfmatcomp.task.metrics import L_mask_prime, losses
 
 __all__ = ["copying_check"]
 
@@ -82,13 +82,13 @@ def copying_check(
                 m = 0.0 if value is None else float(value)
                 mask = "MASK" if value is None else f"{float(value):g}"
                 pred = predict(model, batch, iv, batch_size)
-                losses = loss_values(pred, batch)
+                got = losses(pred, batch, as_floats=True)
                 paper = PAPER_COPYING.get(paper_kind if task.rank is not None else "random", {}).get(
                     mask, {}) if label == PRE else {}
                 rows.append({
                     "model": label, "inputs": inputs, "mask": mask, "m": m,
                     "L_mask_prime": float(L_mask_prime(pred, batch, m)),
-                    "L_obs": losses["L_obs"], "L_mask": losses["L_mask"],
+                    "L_obs": got["L_obs"], "L_mask": got["L_mask"],
                     "paper_4l8h_L_mask_prime": paper.get("L_mask_prime", float("nan")),
                     "paper_4l8h_L_obs": paper.get("L_obs", float("nan")),
                     "intervention": to_json(iv),

@@ -19,9 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from tfmatcomp.datapath import InterventionLike, loss_values, predict
+from tfmatcomp.datapath import InterventionLike, predict
 from tfmatcomp.interventions import to_json
 from tfmatcomp.task.data import MatrixBatch
+from tfmatcomp.task.metrics import losses
 
 __all__ = ["loss_row", "experiment_table"]
 
@@ -33,7 +34,8 @@ def loss_row(model, batch: MatrixBatch, intervention: InterventionLike, batch_si
     none) and the intervention as JSON (:func:`~tfmatcomp.interventions.to_json`, None for None).
     """
     paper = paper or {}
-    return {**loss_values(predict(model, batch, intervention, batch_size), batch),
+    values = losses(predict(model, batch, intervention, batch_size), batch, as_floats=True)
+    return {**{k: values[k] for k in ("L", "L_obs", "L_mask")},
             "paper_4l8h_L_obs": paper.get("L_obs", float("nan")),
             "paper_4l8h_L_mask": paper.get("L_mask", float("nan")),
             "intervention": to_json(intervention)}

@@ -16,7 +16,7 @@ A *measure* is one of:
   measure is ``name.column[key=value,...]`` (``name.column`` for a one-row table);
 * an :class:`~tfmatcomp.interventions.Intervention`: the ``L_mask`` of the model with the
   intervention applied (:func:`tfmatcomp.datapath.predict`, then
-  :func:`~tfmatcomp.datapath.loss_values`).
+  :func:`tfmatcomp.losses`).
 
 Example:
     >>> from tfmatcomp.analyses.dynamics import over_checkpoints
@@ -39,7 +39,8 @@ import pandas as pd
 import torch
 
 from tfmatcomp import pretrained
-from tfmatcomp.datapath import loss_values, predict, sample_batch
+from tfmatcomp.datapath import predict, sample_batch
+from tfmatcomp.task.metrics import losses
 from tfmatcomp.interventions import Intervention
 from tfmatcomp.runs.checkpoint import load_checkpoint_info
 from tfmatcomp.runs.layout import GROUP_FILE, RUN_FILE, SEED_DIR, list_checkpoints, seed_dir
@@ -144,7 +145,7 @@ def _table_rows(name: str, table: pd.DataFrame) -> list[tuple[str, float]]:
 def _measure(name: str, f: MeasureLike, model, batch, task, n_samples: int, seed: int,
              batch_size: int) -> list[tuple[str, float]]:
     if isinstance(f, Intervention):
-        return [(name, loss_values(predict(model, batch, f, batch_size), batch)["L_mask"])]
+        return [(name, losses(predict(model, batch, f, batch_size), batch, as_floats=True)["L_mask"])]
     if _is_experiment(f):
         value = f(model, task, n_samples=n_samples, seed=seed, batch_size=batch_size)
     else:
