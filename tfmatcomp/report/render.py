@@ -66,7 +66,8 @@ def frame_html(df: pd.DataFrame) -> Markup:
 
     An experiment table records what it did to the model as JSON (``to_json``, see
     :mod:`tfmatcomp.interventions.serialize`): in a column ``intervention`` (None = the model as it
-    is) or, for a grid, in ``df.attrs["interventions"]`` (``{cell: JSON}``). The table shows
+    is), or in ``df.attrs["interventions"]``: ``{row index: JSON}`` for an experiment table,
+    ``{cell: JSON}`` for a grid. The table shows
     ``#k kind`` in that column, and a list below it gives, for each ``#k``, its description and
     the exact JSON that ``tfmatcomp.interventions.from_dict`` rebuilds it from.
 
@@ -79,6 +80,9 @@ def frame_html(df: pd.DataFrame) -> Markup:
     """
     column = df["intervention"] if "intervention" in df.columns else None
     cells = df.attrs.get("interventions")
+    if column is None and isinstance(cells, Mapping) and cells and set(cells) == set(df.index):
+        # an experiment table: one record per row (tfmatcomp.experiments.with_interventions)
+        column, cells = pd.Series([cells[i] for i in df.index], index=df.index), None
     texts = [t for t in (column if column is not None else []) if isinstance(t, str)]
     if isinstance(cells, Mapping):
         texts += [t for t in cells.values() if isinstance(t, str)]
