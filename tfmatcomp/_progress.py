@@ -88,6 +88,7 @@ class _Bar:
     def __init__(self, total: int | None, desc: str, progress: bool | None, unit: str):
         self.total, self.desc, self.n = total, desc, 0
         self._tqdm = None
+        self._closed = False
         self._outer: _Bar | None = None
         outer = _OUTER.get()
         if progress is None and outer is not None and outer.drawing:
@@ -101,6 +102,8 @@ class _Bar:
     @property
     def drawing(self) -> bool:
         """Whether anything is drawn (this bar or an outer one it moves)."""
+        if self._closed:
+            return False
         return self._tqdm is not None or (self._outer is not None and self._outer.drawing)
 
     def update(self, n: int = 1) -> None:
@@ -151,6 +154,7 @@ class _Bar:
                 self.update()
 
     def close(self) -> None:
+        self._closed = True
         if self._tqdm is not None:
             if self.total is not None and isinstance(self._tqdm.n, float):
                 self._tqdm.n = round(self._tqdm.n)
@@ -166,7 +170,10 @@ def bar(total: int | None, desc: str, progress: bool | None = None, unit: str = 
     try:
         yield b
     finally:
-        _OUTER.reset(token)
+        try:
+            _OUTER.reset(token)
+        except ValueError:  # a generator (tracked) closed from another context: nothing to undo
+            pass
         b.close()
 
 

@@ -38,6 +38,7 @@ from typing import Any, Union
 import pandas as pd
 import torch
 
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp import pretrained
 from tfmatcomp.datapath import predict, sample_batch
 from tfmatcomp.task.metrics import losses
@@ -166,6 +167,7 @@ def over_checkpoints(
     steps: Sequence[int] | None = None,
     batch_size: int = 256,
     device: torch.device | str | None = None,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Apply ``measures`` at every checkpoint of a run, or of every seed of a multi-seed group.
 
@@ -186,6 +188,7 @@ def over_checkpoints(
         batch_size: matrices per forward pass (for interventions and experiments; a function
             measure chunks as it likes).
         device: where the models and the batch go (default: CPU).
+        progress: a bar over the checkpoints (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         A DataFrame with the columns ``seed`` (the run's training seed), ``step``, ``measure``,
@@ -202,6 +205,7 @@ def over_checkpoints(
         ['copying.L_mask_prime', 'copying.L_obs']
     """
     named = _check_measures(measures)
+    check_progress(progress)
     check_positive_int("n_samples", n_samples)
     check_positive_int("batch_size", batch_size)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -214,6 +218,7 @@ def over_checkpoints(
             raise ValueError(f"steps: expected a non-empty list of integer steps, got {steps!r}")
         wanted = sorted(set(steps))
     rows: list[tuple[int, int, str, float]] = []
+    chosen = {}
     for run_seed, run_dir in runs.items():
         checkpoints = list_checkpoints(run_dir)
         if wanted is not None:
@@ -222,19 +227,29 @@ def over_checkpoints(
                 raise ValueError(f"steps: {missing} are not checkpoints of {run_dir}; its steps "
                                  f"are {list(checkpoints)}")
             checkpoints = {s: checkpoints[s] for s in wanted}
-        batch = task = None
-        for step, path in checkpoints.items():
-            model, info = load_checkpoint_info(path, device=device)
-            if batch is None:
-                if info.task_cfg is None:
-                    raise ValueError(f"run: checkpoint {path} records no task")
-                task = info.task_cfg.build()
-                batch = sample_batch(task, n_samples, seed=seed, device=model.device)
-            for name, f in named.items():
-                for measure, value in _measure(name, f, model, batch, task, n_samples, seed,
-                                               batch_size):
-                    rows.append((run_seed, int(info.step if info.step is not None else step),
-                                 measure, value))
+        chosen[run_seed] = checkpoints
+    with bar(sum(map(len, chosen.values())), "over checkpoints", progress, unit="checkpoint") as b:
+        for run_seed, checkpoints in chosen.items():
+            _checkpoint_rows(rows, run_seed, checkpoints, named, n_samples, seed, batch_size,
+                             device, b)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["value"] = df["value"].astype(float)
     return df.sort_values(["seed", "step", "measure"], kind="stable").reset_index(drop=True)
+
+
+def _checkpoint_rows(rows, run_seed, checkpoints, named, n_samples, seed, batch_size, device, b):
+    """Append the rows of one run's ``checkpoints`` to ``rows``, one bar step per checkpoint."""
+    batch = task = None
+    for step, path in checkpoints.items():
+        model, info = load_checkpoint_info(path, device=device)
+        if batch is None:
+            if info.task_cfg is None:
+                raise ValueError(f"run: checkpoint {path} records no task")
+            task = info.task_cfg.build()
+            batch = sample_batch(task, n_samples, seed=seed, device=model.device)
+        for name, f in named.items():
+            for measure, value in _measure(name, f, model, batch, task, n_samples, seed,
+                                           batch_size):
+                rows.append((run_seed, int(info.step if info.step is not None else step),
+                             measure, value))
+        b.update()
