@@ -99,16 +99,17 @@ class OfflineHtmlRenderer(MimetypeRenderer):
     """
 
     def __init__(self) -> None:
-        #: (cell, execution count) of the output that carries plotly.js; None before any
-        self.loaded_at: tuple[str | None, int | None] | None = None
+        # plotly renders with a shallow copy of the renderer: the state lives in a shared dict.
+        #: ``"at"``: (cell, execution count) of the output that carries plotly.js; None before any
+        self.state: dict[str, tuple[str | None, int | None] | None] = {"at": None}
 
     def to_mimebundle(self, fig_dict: dict) -> dict[str, str]:
         html = offline_figure_html(fig_dict)
         cell, count = _current_cell()
-        if self.loaded_at is None or (cell is not None and cell == self.loaded_at[0]
-                                      and count != self.loaded_at[1]):
+        at = self.state["at"]
+        if at is None or (cell is not None and cell == at[0] and count != at[1]):
             html = plotlyjs_html() + html
-            self.loaded_at = (cell, count)
+            self.state["at"] = (cell, count)
         return {"text/html": html}
 
 
@@ -173,5 +174,5 @@ def notebook_mode() -> str:
         return renderer
     if get_ipython() is not None:
         display(HTML(plotlyjs_html()))
-        ours.loaded_at = _current_cell()
+        ours.state["at"] = _current_cell()
     return renderer
