@@ -146,7 +146,7 @@ def _figure(pats: dict[int, torch.Tensor], labels: list[str], zmax: float | None
             axis = dict(tickmode="array", tickvals=list(range(n_pos)), ticktext=bold,
                         tickfont=dict(size=8))
             fig.update_xaxes(**axis, row=r + 1, col=h + 1, tickangle=-90,
-                             showticklabels=show_ticks)
+                             showticklabels=show_ticks and r == len(layer_ids) - 1)
             fig.update_yaxes(**axis, row=r + 1, col=h + 1, autorange="reversed",
                              showticklabels=show_ticks and h == 0)
     width = min(MAX_WIDTH, margin_l + margin_r + n_heads * (panel + 10))
