@@ -47,10 +47,38 @@ max-height:12em;overflow:auto;background:#f8f8f8;padding:.4em;margin:.2em 0 .6em
 """
 
 
+def number_text(x: float) -> str:
+    """A float for people: whole numbers from 1,000 up with thousands separators (a step reads
+    ``12,455``, never ``1.245e+04``), others with 4 significant digits.
+
+    Example:
+        >>> [number_text(x) for x in (12454.69, 2000.0, 0.012345, 3.0, 1e-7)]
+        ['12,455', '2,000', '0.01235', '3', '1e-07']
+    """
+    if x != x:  # NaN
+        return ""
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
 def table_html(df: pd.DataFrame) -> str:
-    """A DataFrame as an HTML table (4 significant digits)."""
-    return df.to_html(classes="df", index=False, float_format=lambda x: f"{x:.4g}", na_rep="",
-                      border=0)
+    """A DataFrame as an HTML table (:func:`number_text`; list cells shortened, so that no row is
+    taller than a line or two)."""
+    shown = df.copy()
+    for c in shown.columns:
+        if shown[c].dtype == object:
+            shown[c] = [_short(v) for v in shown[c]]
+        elif pd.api.types.is_integer_dtype(shown[c]) and not pd.api.types.is_bool_dtype(shown[c]):
+            shown[c] = [f"{int(v):,}" if pd.notna(v) else "" for v in shown[c]]
+    return shown.to_html(classes="df", index=False, float_format=number_text, na_rep="", border=0)
+
+
+def _short(v):
+    """A list or tuple cell as one short line (``[(2, 2), (3, 1), ... 5 heads]``)."""
+    if isinstance(v, (list, tuple)) and len(v) > 4:
+        return ", ".join(map(str, v[:3])) + f", ... ({len(v)} in all)"
+    return v
 
 
 def _describe(text: str) -> str:
