@@ -78,8 +78,9 @@ def positional_permutation(
                              **loss_row(model, batch, iv, batch_size,
                                         papers(PAPER_PERMUTATION, label, model))})
                 b.update()
-    return experiment_table(rows, experiment="positional permutation", n_samples=n_samples,
-                            seed=seed)
+    df = experiment_table(rows, experiment="positional permutation", n_samples=n_samples, seed=seed)
+    df["permutation_seed"] = df["permutation_seed"].astype("Int64")   # missing for the baseline
+    return df
 
 
 def permutation_summary(table: pd.DataFrame) -> pd.DataFrame:

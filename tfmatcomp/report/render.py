@@ -37,8 +37,8 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1200px;margin:2em auto;
 padding:0 1em;color:#222} h1{margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;
 margin-top:2em} p.what{max-width:60em;line-height:1.45} table.df{border-collapse:collapse;font-size:13px;
-margin:1em 0;display:block;overflow-x:auto} table.df td,table.df th{border:1px solid #ddd;padding:3px 6px;
-text-align:right} table.df th{background:#f5f5f5} .error{background:#fee;border:1px solid #c00;padding:1em;
+margin:1em 0;display:block;overflow-x:auto;max-width:100%} table.df td,table.df th{border:1px solid #ddd;
+padding:3px 6px;text-align:right;white-space:nowrap} table.df th{background:#f5f5f5} .error{background:#fee;border:1px solid #c00;padding:1em;
 white-space:pre-wrap;font-family:monospace;font-size:12px} .meta{color:#555;font-size:14px}
 .verdict{font-size:16px;padding:.6em 1em;border-left:4px solid #6A9F58;background:#f4f9f2}
 .verdict.none{border-color:#D1615D;background:#fbf1f0} nav ol{columns:2}
@@ -137,11 +137,54 @@ def frame_html(df: pd.DataFrame) -> Markup:
 def _item_html(item: Any, first_figure: bool) -> Markup:
     """One figure, table or text of a section as HTML."""
     if isinstance(item, go.Figure):
-        return Markup(item.to_html(full_html=False, include_plotlyjs=first_figure,
-                                   config={"displaylogo": False}))
+        return Markup(fit_figure(item).to_html(full_html=False, include_plotlyjs=first_figure,
+                                               config={"displaylogo": False}))
     if isinstance(item, pd.DataFrame):
         return frame_html(item)
     return Markup("<p>{}</p>").format(str(item))
+
+
+#: the widest figure a report page shows, in pixels (the page is 1,200 px with its padding)
+MAX_FIGURE_WIDTH = 1150
+#: more legend entries than this go below the plot, in rows
+MAX_SIDE_LEGEND = 12
+
+
+def fit_figure(fig: go.Figure) -> go.Figure:
+    """``fig`` made to fit the page: at most :data:`MAX_FIGURE_WIDTH` wide, a long legend laid out
+    below the plot instead of a column beside it, a title too long for the width wrapped.
+
+    Example:
+        >>> fig = go.Figure([go.Scatter(y=[k], name=f"seed {k}") for k in range(32)])
+        >>> fig = fit_figure(fig.update_layout(width=2000, title="a title " * 40))
+        >>> fig.layout.width, fig.layout.legend.orientation, "<br>" in fig.layout.title.text
+        (1150, 'h', True)
+    """
+    if fig.layout.width is not None and fig.layout.width > MAX_FIGURE_WIDTH:
+        if fig.layout.height is not None:
+            fig.update_layout(height=max(300, int(fig.layout.height * MAX_FIGURE_WIDTH
+                                                  / fig.layout.width)))
+        fig.update_layout(width=MAX_FIGURE_WIDTH)
+    shown = [t for t in fig.data if t.showlegend is not False and getattr(t, "name", None)]
+    if len(shown) > MAX_SIDE_LEGEND and fig.layout.showlegend is not False:
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.15, x=0,
+                                      font=dict(size=10)))
+    text = fig.layout.title.text if fig.layout.title else None
+    width = fig.layout.width or 700
+    if text and "<br>" not in text:
+        room = max(20, int((width - 120) / 7.5))   # characters of a 13-14 px title on one line
+        if len(text) > room:
+            lines, line = [], ""
+            for word in text.split(" "):
+                if line and len(line) + 1 + len(word) > room:
+                    lines.append(line)
+                    line = word
+                else:
+                    line = f"{line} {word}".strip()
+            lines.append(line)
+            fig.update_layout(title_text="<br>".join(lines),
+                              margin=dict(t=max(60, 30 + 20 * len(lines))))
+    return fig
 
 
 def page(title: str, header: str, sections: Sequence[Section]) -> str:
