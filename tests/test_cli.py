@@ -76,18 +76,22 @@ def test_the_help_is_whole_and_every_flag_explains_itself(capsys):
 def test_the_names_the_cli_offers_are_the_librarys():
     from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
     from tfmatcomp.cli import names
-    from tfmatcomp.config import PRESETS, EncoderConfig
+    from tfmatcomp.config import PRESETS
+    from tfmatcomp.models.objectives import config_kind
     from tfmatcomp.report.sections import DEFAULT_SECTIONS, SECTIONS
     from tfmatcomp.task.data import DISTRIBUTIONS
 
     assert names.PRESETS == tuple(sorted(PRESETS))
     assert names.ENCODER_PRESETS == tuple(sorted(n for n, p in PRESETS.items()
-                                                 if isinstance(p.model, EncoderConfig)))
+                                                 if config_kind(p.model) == "encoder"))
     assert names.DISTRIBUTIONS == tuple(DISTRIBUTIONS)
     assert names.REPORT_SECTIONS == tuple(SECTIONS)
     assert [k for k in SECTIONS if k not in names.OPT_IN_SECTIONS] == list(DEFAULT_SECTIONS)
+    from tfmatcomp.report.sections import OPT_IN_SECTIONS
+
+    assert names.OPT_IN_SECTIONS == tuple(OPT_IN_SECTIONS)
     assert names.MEASURES == tuple(PROGRESS_MEASURES)
-    from tfmatcomp.song_zhong.command import SECTIONS as GEOMETRY
+    from tfmatcomp.report.geometry import SECTIONS as GEOMETRY
 
     assert names.GEOMETRY_SECTIONS == tuple(GEOMETRY)
 

@@ -78,6 +78,12 @@ QUICK = {
     "sweep": "trains: each run's bar is the training bar (progress=)",
     "with_interventions": "adds a column",
     "is_papers_model": "compares a config",
+    "addition_accuracy": "one batched evaluation per operand length",
+    "answer_accuracy": "arithmetic on given logits",
+    "pydoc_data": "reads text",
+    "randomize_tokens": "arithmetic on tokens",
+    "randomized_sampler": "returns a sampler",
+    "small_gpt_config": "returns a config",
 }
 
 
@@ -109,6 +115,7 @@ def _calls(model, tmp_path):
     C = _il.import_module("tfmatcomp.analyses.dynamics.components")
     K = _il.import_module("tfmatcomp.analyses.dynamics.checkpoints")
     L = _il.import_module("tfmatcomp.analyses.dynamics.llc")
+    F = _il.import_module("tfmatcomp.analyses.training_format")
     from tfmatcomp.analyses.dynamics.progress import copying
 
     batch = sample_batch(TASK, 8, seed=0)
@@ -145,6 +152,12 @@ def _calls(model, tmp_path):
         "label_group_ablation": lambda: H.label_group_ablation(model, TASK, **kw),
         "evaluate_ood": lambda: O.evaluate_ood(model, TASK.build(), baseline=False, **kw),
         "probe_layers": lambda: P.probe_layers(model, batch, progress=True),
+        "addition_experiment": lambda: F.addition_experiment(
+            max_digits=2, n_layers=1, d_model=16, n_heads=2, n_steps=2, batch_size=4, n_eval=4,
+            n_measure=8, settings=("carry",), progress=True),
+        "randomization_experiment": lambda: F.randomization_experiment(
+            n_positions=8, n_layers=1, d_model=16, n_heads=2, n_steps=2, batch_size=4,
+            n_measure=8, max_documents=2, progress=True),
     }
 
 
