@@ -51,12 +51,23 @@ _SUBMODULES = {
 }
 
 
+def _load_names() -> None:
+    """Import the modules of every public name (what ``import tfmatcomp`` did before it became
+    lazy), so that after the first use ``tm.runs.checkpoint``, ``tm.training.plan``, ... are there
+    as they always were."""
+    for module in dict.fromkeys(_NAMES.values()):
+        importlib.import_module(f"tfmatcomp.{module}")
+    importlib.import_module("tfmatcomp.training.plan")
+
+
 def __getattr__(name: str):
     if name in _NAMES:
+        _load_names()
         value = getattr(importlib.import_module(f"tfmatcomp.{_NAMES[name]}"), name)
         globals()[name] = value
         return value
     if name in _SUBMODULES:
+        _load_names()
         return importlib.import_module(f"tfmatcomp.{name}")
     raise AttributeError(f"module 'tfmatcomp' has no attribute {name!r}")
 
