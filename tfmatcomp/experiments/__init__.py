@@ -41,6 +41,8 @@ Example:
     ['model', 'heads', 'variant', 'condition', 'L', 'L_obs']
 """
 
+
+import importlib
 from tfmatcomp.experiments.attention_change import attention_change, attention_targets
 from tfmatcomp.experiments.ablation import attention_ablation, head_ablation_scan, head_group_ablation
 from tfmatcomp.experiments.copying import copying_check
@@ -56,3 +58,16 @@ __all__ = [
     "activation_patching", "head_group_ablation", "head_ablation_scan", "PAPER_HEAD_GROUPS",
     "PAPER_LABEL", "attention_change", "attention_targets", "with_interventions", "is_papers_model",
 ]
+
+
+def __getattr__(name: str):
+    """A submodule on first use (``tm.experiments.<module>`` without importing it first), as when
+    ``import tfmatcomp`` imported everything."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
