@@ -84,6 +84,9 @@ QUICK = {
     "randomize_tokens": "arithmetic on tokens",
     "randomized_sampler": "returns a sampler",
     "small_gpt_config": "returns a config",
+    "text_hidden_states": "one forward pass on the texts given",
+    "probe_text": "one forward pass and a least-squares fit per layer",
+    "decomposition_text": "one forward pass and a decomposition per layer",
 }
 
 

@@ -161,9 +161,7 @@ def output_file(flag: str, path: str | None) -> Path | None:
     if path is None:
         return None
     folder = Path(path).expanduser().parent
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{flag}: {folder} is not a directory; choose another path")
-    if not folder.is_dir():
+    if not folder.exists():   # a file in the way is refused by validation.writable_output
         raise ValueError(f"{flag}: the folder {folder} does not exist; create it first, or choose "
                          "another path")
     return Path(path)

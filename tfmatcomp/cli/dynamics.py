@@ -62,7 +62,7 @@ def _dynamics(args: argparse.Namespace) -> int:
     output_file("--figure", args.figure)
     lead_out = out.with_name(out.name.removesuffix(".csv").removesuffix(".dynamics") + ".lead.csv")
     with contextlib.ExitStack() as outputs:  # every output checked before the work
-        for flag, path in [("-o/--output", out), *([("--lead", lead_out)] if args.lead else []),
+        for flag, path in [("-o", out), *([("--lead", lead_out)] if args.lead else []),
                            *([("--figure", args.figure)] if args.figure else [])]:
             outputs.enter_context(writable_output(flag, path))
         return _dynamics_table(args, names, out, lead_out)
