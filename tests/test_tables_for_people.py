@@ -69,3 +69,7 @@ def test_fit_figure_wraps_a_cut_title():
     fig = fit_figure(go.Figure(go.Heatmap(z=[[1]])).update_layout(
         width=300, title="Per-head patching X -> -X, masked entries: mse_to_X minus unpatched"))
     assert "<br>" in fig.layout.title.text
+    sub = fit_figure(go.Figure(go.Heatmap(z=[[1]])).update_layout(
+        width=400, title="post-shift: change in L_mask when one head is ablated (layers x heads)"
+        "<br><sup>layers and heads 1-based</sup>"))
+    assert sub.layout.title.text.count("<br>") >= 2 and sub.layout.title.text.endswith("</sup>")

@@ -171,19 +171,23 @@ def fit_figure(fig: go.Figure) -> go.Figure:
                                       font=dict(size=10)))
     text = fig.layout.title.text if fig.layout.title else None
     width = fig.layout.width or 700
-    if text and "<br>" not in text:
-        room = max(20, int((width - 120) / 7.5))   # characters of a 13-14 px title on one line
-        if len(text) > room:
-            lines, line = [], ""
-            for word in text.split(" "):
+    room = max(20, int((width - 60) / 7.5))   # characters of a 13-14 px title on one line
+    if text and any(len(seg) > room and "<" not in seg for seg in text.split("<br>")):
+        lines = []
+        for seg in text.split("<br>"):
+            if "<" in seg or len(seg) <= room:   # a subtitle (<sup>...) stays as it is
+                lines.append(seg)
+                continue
+            line = ""
+            for word in seg.split(" "):
                 if line and len(line) + 1 + len(word) > room:
                     lines.append(line)
                     line = word
                 else:
                     line = f"{line} {word}".strip()
             lines.append(line)
-            fig.update_layout(title_text="<br>".join(lines),
-                              margin=dict(t=max(60, 30 + 20 * len(lines))))
+        fig.update_layout(title_text="<br>".join(lines),
+                          margin=dict(t=max(60, 30 + 20 * len(lines))))
     return fig
 
 
