@@ -1,5 +1,5 @@
 """Train an encoder on a uniform mixture of matrix sizes (the NeurIPS paper Appendix I) on the CPU, then
-print the tables of docs/decoder.md: per-size L_mask at every checkpoint (the learning order) and,
+print the tables of docs/concepts/decoder.md: per-size L_mask at every checkpoint (the learning order) and,
 at the last one, per-size losses on sizes in and out of the mixture next to nuclear-norm
 minimization on the same matrices and masks.
 

@@ -112,7 +112,7 @@ def test_the_api_checks_devices_as_the_cli_does():
 def test_demo_steps_zero_is_refused_not_ignored(tmp_path, capsys):
     from tfmatcomp.cli import main
 
-    code = main(["demo", "--steps", "0", "--out-dir", str(tmp_path / "d"), "-o",
+    code = main(["demo", "--steps", "0", "--run-dir", str(tmp_path / "d"), "-o",
                  str(tmp_path / "r.html"), "--no-progress"])
     assert code == 2 and "--steps: must be an integer in [1, " in capsys.readouterr().err
 
@@ -142,7 +142,7 @@ def test_cli_turns_an_unexpected_error_into_one_line(monkeypatch, capsys):
 def test_cli_grid_refuses_infinite_numbers(tmp_path, capsys):
     from tfmatcomp.cli import main
 
-    assert main(["sweep", "--out", str(tmp_path), "--grid", "d_model=1e400"]) == 2
+    assert main(["sweep", "--run-dir", str(tmp_path), "--grid", "d_model=1e400"]) == 2
     assert "--grid: '1e400' is not a finite number" in capsys.readouterr().err
 
 

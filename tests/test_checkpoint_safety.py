@@ -105,27 +105,27 @@ def test_loaded_dtype_follows_the_weights(tmp_path):
     (["report", "tiny", "-o", "/dev/full"], ["out", "not a regular file"]),
     (["report", "tiny", "-o", "{tmp}/r.html", "--device", "bogus"], ["--device", "'cpu'"]),
     (["report", "tiny", "-o", "{tmp}/r.html", "--samples", "3"], ["n_samples"]),
-    (["report", "tiny", "-o", "{tmp}/r.html", "--seed", str(2**64)], ["seed", "2**63 - 1"]),
+    (["report", "tiny", "-o", "{tmp}/r.html", "--sample-seed", str(2**64)], ["seed", "2**63 - 1"]),
     (["report", "tiny", "-o", "{tmp}/r.html", "--sections", "nope"], ["sections", "training"]),
-    (["train", "--out", "{tmp}/run", "--lr", "inf", "--steps", "2"], ["lr", "finite"]),
-    (["train", "--out", "{tmp}/run", "--device", "bogus", "--steps", "2"], ["--device"]),
+    (["train", "--run-dir", "{tmp}/run", "--lr", "inf", "--steps", "2"], ["lr", "finite"]),
+    (["train", "--run-dir", "{tmp}/run", "--device", "bogus", "--steps", "2"], ["--device"]),
 ] + ([] if torch.cuda.is_available() else [
-    (["train", "--out", "{tmp}/run", "--device", "cuda", "--steps", "2"], ["CUDA is not available"]),
+    (["train", "--run-dir", "{tmp}/run", "--device", "cuda", "--steps", "2"], ["CUDA is not available"]),
 ]), ids=lambda v: " ".join(v) if isinstance(v, list) and v and "-" in "".join(v) else None)
 def test_cli_user_error_is_one_line_exit_2_and_leaves_nothing(tmp_path, capsys, argv, words):
-    argv = [a.replace("{tmp}", str(tmp_path / "sub")) for a in argv]
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"tfmatcomp {argv[0]}: error:"), err
     assert all(w in err for w in words), err
-    assert not (tmp_path / "sub").exists()
+    assert not list(tmp_path.iterdir())          # no report, no run directory
 
 
 def test_cli_debug_shows_the_traceback(tmp_path):
     with pytest.raises(ValueError, match="lr"):
-        main(["--debug", "train", "--out", str(tmp_path / "run"), "--lr", "nan"])
+        main(["--debug", "train", "--run-dir", str(tmp_path / "run"), "--lr", "nan"])
     with pytest.raises(ValueError, match="lr"):
-        main(["train", "--out", str(tmp_path / "run"), "--lr", "nan", "--debug"])
+        main(["train", "--run-dir", str(tmp_path / "run"), "--lr", "nan", "--debug"])
 
 
 def test_failed_report_removes_the_directories_it_created(tmp_path):

@@ -84,9 +84,10 @@ def test_load_model_and_checkpoints(trained_tiny):
         datapath.load_checkpoints("tiny")
 
 
-def test_loss_values_are_floats(tiny_model, batch4):
-    vals = datapath.loss_values(tiny_model(batch4.tokens), batch4)
-    assert set(vals) == {"L", "L_obs", "L_mask"} and all(isinstance(v, float) for v in vals.values())
+def test_losses_as_floats_are_floats(tiny_model, batch4):
+    vals = tm.losses(tiny_model(batch4.tokens), batch4, as_floats=True)
+    assert set(vals) == {"L", "L_obs", "L_mask", "mean_abs_pred_mask"}
+    assert all(isinstance(v, float) for v in vals.values())
 
 
 def test_resid_name_aliases_are_the_same_tensor(tiny_model, batch4):

@@ -74,9 +74,9 @@ def _worker(out: Path) -> None:
     rank = int(os.environ["RANK"])
     calls = _spy(out)
     # data-parallel training through the command line, as `torchrun -m tfmatcomp train` runs it
-    assert cli.main(["train", "--out", str(out / "ddp"), "--steps", "6", *CLI_RUN]) == 0
+    assert cli.main(["train", "--run-dir", str(out / "ddp"), "--steps", "6", *CLI_RUN]) == 0
     # resume at world size 2 a run that one process trained to step 4
-    assert cli.main(["train", "--out", str(out / "resume"), "--steps", "8", "--resume",
+    assert cli.main(["train", "--run-dir", str(out / "resume"), "--steps", "8", "--resume",
                      *CLI_RUN]) == 0
     (out / f"calls-{rank}.json").write_text(json.dumps({**calls, "pid": os.getpid()}))
     # seeds across ranks: rank 0 trains seed 0, rank 1 seeds 1 and 2
@@ -167,10 +167,10 @@ def test_nproc_launches_torchrun_without_itself(monkeypatch):
     seen = []
     monkeypatch.setattr(distributed.group.subprocess, "call", lambda cmd, env=None: seen.append(cmd) or 0)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    argv = ["train", "--nproc", "2", "--out", "runs/x", "--steps", "3"]
+    argv = ["train", "--nproc", "2", "--run-dir", "runs/x", "--steps", "3"]
     assert cli.main(argv) == 0
     assert seen[0][1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           "-m", "tfmatcomp", "train", "--out", "runs/x", "--steps", "3"]
+                           "-m", "tfmatcomp", "train", "--run-dir", "runs/x", "--steps", "3"]
 
 
 def test_single_process_falls_back_and_bad_arguments():

@@ -266,3 +266,34 @@ def test_griffe_extension_rewrites_docstrings():
                                            "        - `hook_post`: after it."]
     assert rewrite("The forward pass, in one sitting::") == "The forward pass, in one sitting:"
     assert rewrite("A checkpoint is a directory::") == "A checkpoint is a directory:<!-- -->"
+
+
+def test_the_readme_is_read_in_two_minutes(monkeypatch, tmp_path):
+    """Under 600 words, the quick look within the first 300, the two set-up commands (one runs
+    the demo, one the tests), and the quick look runs as printed."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.split()) < 600, f"README.md has {len(text.split())} words"
+    start = text.index("```python")
+    assert len(text[:start].split()) < 300, "the quick look must start within the first 300 words"
+    commands = re.findall(r"```bash\n(.*?)```", text, re.S)
+    assert len(commands) == 2
+    assert commands[0].strip().endswith("tfmatcomp demo") and "pip install -e ." in commands[0]
+    assert commands[1].strip().endswith("python -m pytest -n 2 -q")
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert len(code.strip().splitlines()) < 15
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+
+
+def test_the_nav_starts_here_and_the_concepts_live_in_concepts():
+    yaml = pytest.importorskip("yaml")
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+    first = nav[0]
+    assert list(first) == ["Start here"]
+    pages = [list(p.values())[0] for p in first["Start here"]]
+    assert pages[:2] == ["index.md", "quickstart.md"] and "coming-from.md" in pages
+    concepts = next(n["Concepts"] for n in nav if "Concepts" in n)
+    assert all(list(p.values())[0].startswith("concepts/") for p in concepts)
+    assert list(nav[-1]) == ["API reference"]
+    page = (DOCS / "api" / "model.md").read_text()
+    assert all(name in page for name in ("inherited_members", "run_with_cache", "hooks", "unfused"))

@@ -268,11 +268,14 @@ def test_run_with_cache_incl_bwd_caches_the_gradients_of_the_decoders_next_token
     torch.testing.assert_close(cache[name + "_grad"], seen["act"].grad, rtol=1e-4, atol=1e-7)
 
 
-def test_loss_values_is_a_table_of_floats_at_the_top_level():
+def test_one_loss_function_switches_between_tensors_and_floats():
     model = tm.load_pretrained("tiny", step="post")
     batch = model.task_cfg.build().sample(8, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        predictions = model(batch.tokens)
-    values = tm.loss_values(predictions, batch)
-    assert all(type(v) is float for v in values.values()) and set(values) == {"L", "L_obs", "L_mask"}
-    assert values["L_mask"] == tm.losses(predictions, batch)["L_mask"].item()
+    predictions = model(batch.tokens)
+    tensors = tm.losses(predictions, batch)
+    floats = tm.losses(predictions, batch, as_floats=True)
+    assert set(tensors) == set(floats) == {"L", "L_obs", "L_mask", "mean_abs_pred_mask"}
+    assert all(isinstance(v, torch.Tensor) and v.requires_grad for v in tensors.values())
+    assert all(type(v) is float for v in floats.values())
+    assert floats["L_mask"] == tensors["L_mask"].item()
+    assert not hasattr(tm, "loss_values")

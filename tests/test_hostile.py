@@ -164,7 +164,7 @@ def test_a_log_row_with_a_duplicate_key_is_set_aside(tmp_path):
 
 
 def test_a_duplicate_key_on_the_command_line_is_refused_naming_it(tmp_path, capsys):
-    argv = ["train", "--out", str(tmp_path / "r"), "--steps", "2", "--intervention",
+    argv = ["train", "--run-dir", str(tmp_path / "r"), "--steps", "2", "--intervention",
             '{"kind": "freeze", "groups": ["mlp"], "groups": ["all"]}']
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -208,7 +208,7 @@ def _full_disk_safetensors(*args, **kwargs):
 def test_a_full_disk_at_a_checkpoint_names_the_file_and_the_run_resumes(tmp_path, capsys,
                                                                          monkeypatch):
     out = tmp_path / "r"
-    argv = ["train", "--out", str(out), "--steps", "3", "--batch-size", "8", "--log-every", "1",
+    argv = ["train", "--run-dir", str(out), "--steps", "3", "--batch-size", "8", "--log-every", "1",
             "--checkpoint-every", "3", "--no-progress", "--device", "cpu"]
     assert main(argv) == 0
     capsys.readouterr()
@@ -341,19 +341,19 @@ def test_every_numeric_argument_of_every_command_has_a_stated_range():
 
 
 @pytest.mark.parametrize("argv, flag", [
-    (["train", "--out", "{tmp}/r", "--nproc", BIG], "--nproc"),
-    (["train", "--out", "{tmp}/r", "--batch-size", BIG], "--batch-size"),
-    (["sweep", "--out", "{tmp}/s", "--batch-size", BIG], "--batch-size"),
+    (["train", "--run-dir", "{tmp}/r", "--nproc", BIG], "--nproc"),
+    (["train", "--run-dir", "{tmp}/r", "--batch-size", BIG], "--batch-size"),
+    (["sweep", "--run-dir", "{tmp}/s", "--batch-size", BIG], "--batch-size"),
     (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--samples", BIG], "--samples"),
     (["report", "tiny", "-o", "{tmp}/r.html", "--samples", BIG], "--samples"),
     (["demo", "--bundled", "-o", "{tmp}/r.html", "--samples", BIG], "--samples"),
     (["geometry", "{tmp}/model", "{tmp}/text", "-o", "{tmp}/g.html", "--batch-size", BIG],
      "--batch-size"),
-    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--seed", "-1"], "--seed"),
-    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--seed", BIG], "--seed"),
+    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--sample-seed", "-1"], "--sample-seed"),
+    (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--sample-seed", BIG], "--sample-seed"),
     (["dynamics", "tiny", "-o", "{tmp}/d.csv", "--steps", f"0,{BIG}"], "--steps"),
-    (["train", "--out", "{tmp}/r", "--checkpoint-steps", "-5"], "--checkpoint-steps"),
-    (["train", "--out", "{tmp}/r", "--lr", "1e300"], "--lr"),
+    (["train", "--run-dir", "{tmp}/r", "--checkpoint-steps", "-5"], "--checkpoint-steps"),
+    (["train", "--run-dir", "{tmp}/r", "--lr", "1e300"], "--lr"),
 ], ids=lambda v: " ".join(v[:1] + v[-2:]) if isinstance(v, list) else None)
 def test_a_number_out_of_range_is_refused_in_one_line_naming_it(tmp_path, capsys, monkeypatch,
                                                                  argv, flag):
@@ -399,12 +399,20 @@ def test_an_unwritable_output_is_refused_before_the_work(tmp_path, capsys, monke
     assert list(tmp_path.iterdir()) == []
 
 
-def test_missing_output_folders_are_made_the_same_way_in_every_command(tmp_path, capsys):
+def test_missing_output_folders_are_refused_the_same_way_in_every_command(tmp_path, capsys):
+    """Issue 46: a missing output folder is refused in one line before any work, in every
+    command (tests/test_cli.py covers report and demo), not made."""
     csv = tmp_path / "a" / "b" / "d.csv"
     argv = ["dynamics", "tiny", "-o", str(csv), "--samples", "8", "--batch-size", "8",
-            "--measures", "L_mask", "--steps", "1,6000"]
-    assert main(argv) == 2  # no checkpoint at step 1: the folders made for the output go again
+            "--measures", "L_mask", "--steps", "2000,6000"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "does not exist" in err and list(tmp_path.iterdir()) == []
+    csv = tmp_path / "d.csv"
+    argv[3] = str(csv)
+    argv[-1] = "1,6000"
+    assert main(argv) == 2  # no checkpoint at step 1: nothing is left behind
     assert "steps" in capsys.readouterr().err and list(tmp_path.iterdir()) == []
     argv[-1] = "2000,6000"
     assert main(argv) == 0, capsys.readouterr().err
-    assert csv.exists()  # as report -o makes its folders: checked (and made) before the work
+    assert csv.exists()

@@ -193,10 +193,11 @@ def test_an_intervention_without_a_kind_says_so():
 
 
 # ------------------------------------------------------------------ experiment tables and report
-from tfmatcomp.datapath import loss_values, predict, sample_batch  # noqa: E402
+from tfmatcomp.datapath import predict, sample_batch
+from tfmatcomp.task.metrics import losses  # noqa: E402
 from tfmatcomp.experiments import (activation_patching, attention_ablation, copying_check,  # noqa: E402
                                    head_ablation_scan, head_group_ablation, positional_permutation,
-                                   weight_transplant)
+                                   weight_transplant, with_interventions)
 from tfmatcomp.task.metrics import L_mask_prime, mse  # noqa: E402
 from tfmatcomp.report.render import frame_html  # noqa: E402
 
@@ -210,27 +211,29 @@ def _rebuilt(text: str) -> Intervention:
 
 def _losses_again(model, text, seed=0):
     batch = sample_batch(TASK_CFG, N, seed)
-    return loss_values(predict(model, batch, _rebuilt(text)), batch)
+    return losses(predict(model, batch, _rebuilt(text)), batch, as_floats=True)
 
 
 def test_loss_tables_record_what_they_ran(model):
     """Rebuilding each row's intervention from its JSON and running it gives the row's numbers."""
-    tables = [attention_ablation(model, TASK_CFG, n_samples=N, heads=[(1, 0)]),
-              attention_ablation(model, TASK_CFG, n_samples=N, variant="mean"),
-              positional_permutation(model, TASK_CFG, n_samples=N, n_permutations=2)]
+    tables = [with_interventions(t) for t in (
+        attention_ablation(model, TASK_CFG, n_samples=N, heads=[(1, 0)]),
+        attention_ablation(model, TASK_CFG, n_samples=N, variant="mean"),
+        positional_permutation(model, TASK_CFG, n_samples=N, n_permutations=2))]
     for df in tables:
         assert pd.isna(df["intervention"].iloc[0])  # the baseline: the model as it is (missing)
         for _, row in df.iloc[1:].iterrows():
             again = _losses_again(model, row["intervention"])
             assert [again[k] for k in ("L", "L_obs", "L_mask")] == [row["L"], row["L_obs"], row["L_mask"]]
-    groups = head_group_ablation(model, TASK_CFG, groups="layers", n_samples=N)
+    groups = with_interventions(head_group_ablation(model, TASK_CFG, groups="layers", n_samples=N))
     for _, row in groups.iterrows():
         assert _losses_again(model, row["intervention"])["L_mask"] == row["L_mask_with"]
         assert _rebuilt(row["intervention"]).heads == row["heads"]
 
 
 def test_copying_table_records_the_substitution(model):
-    df = copying_check(model, TASK_CFG, n_samples=N, mask_values=[None, 0.44], random_matrices=False)
+    df = with_interventions(copying_check(model, TASK_CFG, n_samples=N, mask_values=[None, 0.44],
+                                          random_matrices=False))
     assert pd.isna(df["intervention"].iloc[0])
     row = df.iloc[1]
     assert json.loads(row["intervention"]) == {"kind": "mask_substitution", "value": 0.44}
@@ -249,7 +252,7 @@ def test_scan_records_each_cells_ablation(model):
 def test_transplant_table_names_checkpoints_not_weights(tmp_path):
     pre = tm.save_checkpoint(tm.HookedEncoder(CFG, seed=2), tmp_path / "pre", task_cfg=TASK_CFG, step=1)
     post = tm.save_checkpoint(tm.HookedEncoder(CFG, seed=3), tmp_path / "post", task_cfg=TASK_CFG, step=9)
-    df = weight_transplant(pre, post, n_samples=N)
+    df = with_interventions(weight_transplant(pre, post, n_samples=N))
     assert df["intervention"].iloc[:2].isna().all()
     record = json.loads(df.loc[2, "intervention"])
     assert record["donor"] == {"checkpoint": str(post), "step": 9} and record["params"] == ["qkv"]
@@ -259,7 +262,7 @@ def test_transplant_table_names_checkpoints_not_weights(tmp_path):
 
 
 def test_patching_table_records_a_small_exact_patch(model):
-    df = activation_patching(model, TASK_CFG, n_samples=N, seed=4)
+    df = with_interventions(activation_patching(model, TASK_CFG, n_samples=N, seed=4))
     assert df.loc[df["patched"] == "none", "intervention"].isna().all()
     row = df[(df["patched"] == "layer 1") & (df["entries"] == "masked")].iloc[0]
     assert len(row["intervention"]) < 400  # the source is (task, n_samples, seed), not tokens
@@ -279,7 +282,7 @@ def test_report_tables_write_the_interventions_out(model):
     import html as _html
     import re
     shown = _html.unescape(re.search(r"<pre>(.*?)</pre>", page, re.S).group(1))
-    assert _rebuilt(shown) == _rebuilt(df.loc[1, "intervention"])
+    assert _rebuilt(shown) == _rebuilt(with_interventions(df).loc[1, "intervention"])
     scan = head_ablation_scan(model, TASK_CFG, n_samples=N)
     assert frame_html(scan).count("<li>") == 4 and "(cell (1, 0))" in frame_html(scan)
     plain = pd.DataFrame({"a": [1.0]})

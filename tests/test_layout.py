@@ -86,7 +86,7 @@ ALLOWED = {
 #: The layers, lowest first (docs/design-notes.md's map): module-name prefixes relative to
 #: ``tfmatcomp.``; a module belongs to the layer of its longest matching prefix.
 LAYERS = [
-    ("validation", "_interrupts"), ("task",), ("config",), ("models.components",), ("models",),
+    ("validation", "_interrupts", "_progress", "_notebook"), ("task",), ("config",), ("models.components",), ("models",),
     ("interventions.base", "interventions.hook_fn", "interventions.serialize", "interventions.weights",
      "interventions.during_training"),
     ("runs",), ("datapath",), ("training",), ("decomposition",), ("distributed",),

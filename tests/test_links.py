@@ -82,7 +82,7 @@ def test_a_lock_symlink_through_the_cli_is_one_line_exit_2(tmp_path, outside, ca
     run(out)
     (out / LOCK_FILE).unlink()
     os.symlink(outside / "v.txt", out / LOCK_FILE)
-    argv = ["train", "--out", str(out), "--resume", "--steps", "6", "--batch-size", "8",
+    argv = ["train", "--run-dir", str(out), "--resume", "--steps", "6", "--batch-size", "8",
             "--no-progress", "--device", "cpu"]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
@@ -166,7 +166,7 @@ def test_the_sweep_files_are_replaced_not_followed(tmp_path, outside):
     os.symlink(outside / "sweep.json", out / "sweep.json")  # dangling
     for name in ("sweep.csv", "sweep.html"):
         os.symlink(outside / "v.txt", out / name)
-    argv = ["sweep", "--out", str(out), "--grid", "d_model=16", "--steps", "2",
+    argv = ["sweep", "--run-dir", str(out), "--grid", "d_model=16", "--steps", "2",
             "--batch-size", "8", "--log-every", "1", "--no-progress", "--device", "cpu"]
     assert main(argv) == 0
     assert untouched(outside) and not (outside / "sweep.json").exists()

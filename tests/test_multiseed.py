@@ -99,7 +99,7 @@ def test_parse_seeds_and_bad_input():
 
 def test_cli_trains_several_seeds(tmp_path, capsys):
     code = cli_main(["train", "--preset", "tiny", "--seeds", "0-1", "--steps", "10",
-                     "--batch-size", "8", "--log-every", "5", "--out", str(tmp_path / "g"),
+                     "--batch-size", "8", "--log-every", "5", "--run-dir", str(tmp_path / "g"),
                      "--no-progress"])
     assert code == 0
     out = capsys.readouterr().out

@@ -17,7 +17,8 @@ from tfmatcomp.analyses.dynamics.progress import (
     L_mask, copying, masked_pair_cosine, positional_rank, representation_collapse,
     row_column_attention_mass, row_column_mass,
 )
-from tfmatcomp.datapath import loss_values, predict, sample_batch
+from tfmatcomp.datapath import predict, sample_batch
+from tfmatcomp.task.metrics import losses
 from tfmatcomp.decomposition import decompose
 from tfmatcomp.experiments import attention_targets, copying_check
 from tfmatcomp.geometry import screenot
@@ -87,7 +88,7 @@ def test_an_intervention_is_measured_as_its_L_mask():
     df = over_checkpoints("tiny", {"ablated": iv}, n_samples=16, steps=[10000])
     model = tm.load_pretrained("tiny", step=10000)
     batch = sample_batch("tiny", 16, seed=0)
-    assert df["value"].item() == pytest.approx(loss_values(predict(model, batch, iv), batch)["L_mask"])
+    assert df["value"].item() == pytest.approx(losses(predict(model, batch, iv), batch, as_floats=True)["L_mask"])
 
 
 def test_an_experiment_draws_the_same_matrices_and_its_table_becomes_rows():

@@ -120,7 +120,7 @@ def test_the_demo_decides_as_train_many_does(device, monkeypatch, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         tm.train_many("tiny", seeds="0-1", device=device, n_steps=3, progress=False)
     with pytest.raises(KeyboardInterrupt):
-        main(["demo", "--out-dir", str(tmp_path / "d"), "--seeds", "0-1", "--no-progress",
+        main(["demo", "--run-dir", str(tmp_path / "d"), "--seeds", "0-1", "--no-progress",
               "--steps", "3", "--device", device, "-o", str(tmp_path / "r.html")])
     train_many_plan, demo_plan = seen
     assert demo_plan.batched and train_many_plan.batched  # on a GPU the fast step is on
@@ -151,6 +151,6 @@ def test_cli_train_in_one_process_does_not_go_through_distributed(monkeypatch, t
 
     monkeypatch.setattr(distributed, "train", refuse)
     monkeypatch.setattr(distributed, "train_many", refuse)
-    assert main(["train", "--preset", "tiny", "--steps", "2", "--out", str(tmp_path / "r"),
+    assert main(["train", "--preset", "tiny", "--steps", "2", "--run-dir", str(tmp_path / "r"),
                  "--no-progress", "--device", "cpu"]) == 0
     assert tm.read_metrics(tmp_path / "r")["step"].tolist() == [2]

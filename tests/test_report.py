@@ -153,7 +153,7 @@ def test_demo_trains_and_reports_honestly(tmp_path, capsys):
     from tfmatcomp.cli import main
 
     out = tmp_path / "demo.html"
-    assert main(["demo", "--out-dir", str(tmp_path / "runs"), "--steps", "60", "--seeds", "0-1",
+    assert main(["demo", "--run-dir", str(tmp_path / "runs"), "--steps", "60", "--seeds", "0-1",
                  "--device", "cpu", "-o", str(out), "--sections", "training", "--samples", "16",
                  "--no-progress"]) == 0
     printed = capsys.readouterr().out

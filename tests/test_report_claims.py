@@ -67,7 +67,7 @@ def test_per_head_rows_are_single_head_patches(model):
     with torch.no_grad():
         f_p = ActivationPatch(x, layers=[1], heads=[0]).run(model, x.negated().tokens)
     assert float(mse(f_p, x.values, x.masked)) == pytest.approx(row["mse_to_X"], rel=1e-6)
-    rebuilt = from_dict(json.loads(row["intervention"]))
+    rebuilt = from_dict(json.loads(df.attrs["interventions"][row.name]))
     assert (rebuilt.layers, rebuilt.heads, rebuilt.hooks) == ([1], [0], ["attn.hook_z"])
     # the per-layer figure leaves the per-head rows to the heatmap
     assert list(patching_figure(df).data[0].x) == ["none", "all", "layer 0", "layer 1"]

@@ -103,7 +103,7 @@ def test_pairs_figure_refuses_random_mask_analyses(tiny_model, task4):
 @pytest.mark.parametrize("seeds", [None, "0-1"])
 def test_cli_train_distribution(tmp_path, seeds):
     out = tmp_path / "gauss"
-    argv = ["train", "--out", str(out), "--steps", "4", "--batch-size", "8", "--log-every", "2",
+    argv = ["train", "--run-dir", str(out), "--steps", "4", "--batch-size", "8", "--log-every", "2",
             "--distribution", "gaussian", "--no-progress"] + (["--seeds", seeds] if seeds else [])
     assert main(argv) == 0
     runs = [out] if seeds is None else [out / "seed-0", out / "seed-1"]
@@ -120,5 +120,5 @@ def test_cli_train_distribution(tmp_path, seeds):
 
 def test_cli_train_refuses_an_unknown_distribution(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        main(["train", "--out", str(tmp_path / "x"), "--distribution", "cauchy"])
+        main(["train", "--run-dir", str(tmp_path / "x"), "--distribution", "cauchy"])
     assert "gaussian" in capsys.readouterr().err

@@ -117,7 +117,7 @@ def test_train_many_refuses_a_used_group_or_seed_directory(tmp_path):
 
 
 def test_cli_refuses_a_used_directory_and_overwrites_on_request(tmp_path, capsys):
-    args = ["train", "--out", str(tmp_path), "--batch-size", "8", "--log-every", "5",
+    args = ["train", "--run-dir", str(tmp_path), "--batch-size", "8", "--log-every", "5",
             "--no-progress", "--device", "cpu", "--steps", "10"]
     assert cli_main(args) == 0
     assert cli_main(args + ["--seed", "1"]) == 2
@@ -177,7 +177,7 @@ def test_n_steps_below_the_resumed_step_is_an_error(tmp_path, capsys):
     run(tmp_path / "api", n_steps=20)
     with pytest.raises(ValueError, match=r"n_steps: 10 is below step 20"):
         run(tmp_path / "api", n_steps=10, resume=True)
-    args = ["train", "--out", str(tmp_path / "cli"), "--batch-size", "8", "--log-every", "5",
+    args = ["train", "--run-dir", str(tmp_path / "cli"), "--batch-size", "8", "--log-every", "5",
             "--no-progress", "--device", "cpu"]
     assert cli_main(args + ["--steps", "10"]) == 0
     assert cli_main(args + ["--steps", "5", "--resume"]) == 2

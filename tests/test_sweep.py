@@ -104,7 +104,7 @@ def test_matrix_size_sets_n_ctx():
 
 def test_cli_sweep_writes_table_and_figure(tmp_path, capsys):
     out = tmp_path / "cli"
-    argv = ["sweep", "--out", str(out), "--grid", "heads=2,4", "--grid", "distribution=gaussian",
+    argv = ["sweep", "--run-dir", str(out), "--grid", "heads=2,4", "--grid", "distribution=gaussian",
             "--seeds", "0-1", "--steps", "8", "--batch-size", "8", "--log-every", "2",
             "--checkpoint-every", "0", "--no-progress"]
     assert main(argv) == 0
@@ -113,7 +113,7 @@ def test_cli_sweep_writes_table_and_figure(tmp_path, capsys):
     assert set(table["distribution"]) == {"gaussian"}
     assert (out / "sweep.html").stat().st_size > 10_000
     assert "table written to" in capsys.readouterr().out
-    assert main(["sweep", "--out", str(out), "--grid", "d_model"]) == 2
+    assert main(["sweep", "--run-dir", str(out), "--grid", "d_model"]) == 2
     assert "--grid" in capsys.readouterr().err
 
 

@@ -145,7 +145,7 @@ def test_training_one_component_alone():
 def test_cli_train_and_resume(tmp_path, capsys):
     from tfmatcomp.cli import main
 
-    args = ["train", "--preset", "tiny", "--out", str(tmp_path), "--batch-size", "8",
+    args = ["train", "--preset", "tiny", "--run-dir", str(tmp_path), "--batch-size", "8",
             "--log-every", "5", "--no-progress", "--device", "cpu"]
     assert main(args + ["--steps", "10"]) == 0
     assert main(args + ["--steps", "20", "--resume"]) == 0

@@ -196,7 +196,7 @@ def test_cli_takes_json(tmp_path, capsys):
     out = tmp_path / "cli"
     iv = {"kind": "attention_logit_scale", "scale": 2.5, "start_step": 1}
     assert cli_main(["train", "--preset", "tiny", "--steps", "2", "--batch-size", "4",
-                     "--log-every", "1", "--out", str(out), "--no-progress",
+                     "--log-every", "1", "--run-dir", str(out), "--no-progress",
                      "--intervention", json.dumps(iv)]) == 0
     recorded = json.loads((out / "run.json").read_text())["train"]["interventions"]
     assert recorded == [{**iv, "layers": None, "end_step": None}]

@@ -6,7 +6,7 @@ Every analysis walks the same steps::
     sample_batch                     task.sample(n, generator=CPU Generator().manual_seed(seed)) -> device
     run_chunked / iter_chunks        model(tokens) batch_size matrices at a time, optionally with
                                      fwd_hooks, an Intervention, or names to cache
-    loss_values                      tfmatcomp.losses(...) as plain floats
+    losses(..., as_floats=True)      tfmatcomp.losses: L, L_obs, L_mask, mean_abs_pred_mask as floats
 
 Both model kinds walk it: :func:`model_tokens` is what a model reads for a batch (the batch's
 tokens for a :class:`~tfmatcomp.HookedEncoder`; for a :class:`~tfmatcomp.HookedDecoder` the GPT
@@ -33,14 +33,14 @@ was measured on). Cached activations are always float32. ``bf16=False`` forces f
 
 Example:
     >>> import tfmatcomp as tm
-    >>> from tfmatcomp.datapath import run_chunked, sample_batch, loss_values
+    >>> from tfmatcomp.datapath import run_chunked, sample_batch
     >>> model = tm.HookedEncoder(tm.get_preset("tiny").model)
     >>> batch = sample_batch(tm.get_preset("tiny").task.build(), 5, seed=0)
     >>> preds, cache = run_chunked(model, batch, batch_size=2, names=["blocks.0.attn.hook_pattern"])
     >>> preds.shape, cache["blocks.0.attn.hook_pattern"].shape
     (torch.Size([5, 16]), torch.Size([5, 4, 16, 16]))
-    >>> sorted(loss_values(preds, batch))
-    ['L', 'L_mask', 'L_obs']
+    >>> sorted(tm.losses(preds, batch, as_floats=True))
+    ['L', 'L_mask', 'L_obs', 'mean_abs_pred_mask']
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ __all__ = [
     "ModelLike", "ModelsLike", "TaskLike", "Inputs", "InterventionLike", "Chunk",
     "load_model", "load_model_info", "load_checkpoints", "resolve_models", "resolve_task",
     "sample_batch", "model_tokens", "positions_needed", "iter_chunks", "run_chunked", "predict",
-    "inference_bf16", "loss_values", "per_size_losses",
+    "inference_bf16", "per_size_losses",
 ]
 
 ModelLike = Union[HookedEncoder, HookedDecoder, str, os.PathLike]
@@ -469,18 +469,6 @@ def inference_bf16(model: HookedEncoder | HookedDecoder) -> bool:
             and model.cfg.d_model >= CPU_MIN_D_MODEL and cpu_bf16_units() is not None)
 
 
-def loss_values(predictions: Tensor, batch: MatrixBatch) -> dict[str, float]:
-    """``L``, ``L_obs``, ``L_mask`` as floats (from :func:`tfmatcomp.losses`).
-
-    Example:
-        >>> b = sample_batch("tiny", 2, seed=0)
-        >>> loss_values(b.values, b)["L"]
-        0.0
-    """
-    out = losses(predictions, batch.to(predictions.device))
-    return {k: float(out[k].detach()) for k in ("L", "L_obs", "L_mask")}
-
-
 def per_size_losses(
     model: HookedEncoder | HookedDecoder,
     task: TaskLike,
@@ -521,5 +509,10 @@ def per_size_losses(
         sized = MatrixCompletionTask(n_rows=n, rank=task.rank, p_mask=task.p_mask,
                                      distribution=task.distribution, tokenizer=task.tokenizer)
         batch = sample_batch(sized, n_samples, seed=seed, device=model.device)
-        out[n] = loss_values(predict(model, batch, batch_size=batch_size), batch)
+        out[n] = _three(losses(predict(model, batch, batch_size=batch_size), batch, as_floats=True))
     return out
+
+
+def _three(values: dict[str, float]) -> dict[str, float]:
+    """``L``, ``L_obs``, ``L_mask`` of :func:`tfmatcomp.losses`' floats: a table's loss columns."""
+    return {k: values[k] for k in ("L", "L_obs", "L_mask")}

@@ -48,6 +48,7 @@ from typing import Any
 
 import pandas as pd
 
+from tfmatcomp._progress import check_progress, tracked
 from tfmatcomp.analyses.baselines import comparison_row, complete_nuclear_norm, model_predictions, nuclear_norm
 from tfmatcomp.task.data import DISTRIBUTIONS, MatrixBatch, MatrixCompletionTask
 from tfmatcomp.datapath import resolve_task, sample_batch
@@ -177,6 +178,7 @@ def evaluate_ood(
     baseline: bool = True,
     lam: float | None = None,
     method: str = "torch",
+    progress: bool | None = None,
     **solver_options: Any,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on OOD conditions, each next to nuclear-norm minimization.
@@ -193,6 +195,7 @@ def evaluate_ood(
         baseline: also solve nuclear-norm minimization on the same batches.
         lam, method, solver_options: the nuclear-norm problem and solver
             (see :func:`tfmatcomp.analyses.baselines.complete_nuclear_norm`).
+        progress: a bar over the conditions (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         One row per (condition, method) with columns ``group, condition, value, n_rows, n_cols,
@@ -214,6 +217,7 @@ def evaluate_ood(
             raise ValueError("task: required when no conditions are given")
         conditions = ood_conditions(task, model.cfg.n_ctx)
     check_positive_int("n_samples", n_samples)
+    check_progress(progress)
     if task is not None:
         train = resolve_task(task)
     else:
@@ -221,7 +225,8 @@ def evaluate_ood(
     train_max = float("nan") if train is None else float(train.max_abs_entry)
     n_ctx = getattr(getattr(model, "cfg", None), "n_ctx", None)
     rows = []
-    for cond in conditions:
+    conditions = list(conditions)
+    for cond in tracked(conditions, "out-of-distribution", progress, unit="condition"):
         t = cond.task
         if n_ctx is not None and t.n_positions > n_ctx:
             raise ValueError(f"conditions: {cond.label} needs {t.n_positions} positions, more than "

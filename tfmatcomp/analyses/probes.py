@@ -43,6 +43,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tfmatcomp._progress import check_progress, tracked
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.datapath import run_chunked
 from tfmatcomp.models.hook_names import resid_name
@@ -296,6 +297,7 @@ def probe_layers(
     generator: torch.Generator | None = None,
     singular_side: str = "right",
     batch_size: int = 256,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Fit and test one linear probe per (layer, target); one table row per layer.
 
@@ -313,6 +315,7 @@ def probe_layers(
         generator: drives the split (default ``manual_seed(0)``).
         singular_side: ``"right"`` or ``"left"`` singular vector.
         batch_size: matrices per forward pass.
+        progress: a bar over the layers probed (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         DataFrame with columns ``layer``, ``hook_name``, ``n_train``, ``n_test`` (matrices) and per
@@ -331,6 +334,7 @@ def probe_layers(
         >>> list(t.columns[:4]), len(t)
         (['layer', 'hook_name', 'n_train', 'n_test'], 2)
     """
+    check_progress(progress)
     unknown = [t for t in targets if t not in PROBE_TARGETS]
     if unknown or not targets:
         raise ValueError(f"targets: choose a non-empty subset of {PROBE_TARGETS}, got {list(targets)}")
@@ -357,7 +361,7 @@ def probe_layers(
     target_tensors = {k: v.reshape(-1, v.shape[-1]).to(device) for k, v in target_tensors.items()}
 
     rows = []
-    for layer, h in states.items():
+    for layer, h in tracked(states.items(), "probes", progress, total=len(states), unit="layer"):
         feat = h.reshape(-1, h.shape[-1])
         row = {"layer": layer, "hook_name": resid_name(layer, model.cfg.n_layers, at="layer_output"),
                "n_train": len(train_idx), "n_test": len(test_idx)}

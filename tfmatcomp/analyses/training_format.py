@@ -49,6 +49,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from tfmatcomp._progress import wanted
 from tfmatcomp.config import DecoderConfig
 from tfmatcomp.models.decoder import HookedDecoder
 from tfmatcomp.training.lm import (CharTokenizer, Sampler, encode_documents, pydoc_documents,
@@ -275,6 +276,7 @@ def addition_experiment(
     n_measure: int = 256,
     settings: Sequence[str] = ("no_carry", "carry"),
     out_dir: str | os.PathLike | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Section 5.2: one model trained with carries and one without (``settings``: either or both
     of ``"no_carry"``, ``"carry"``), on operand lengths ``max_digits // 2 .. max_digits``.
@@ -283,7 +285,8 @@ def addition_experiment(
         ``{"accuracy": DataFrame (setting, digits, accuracy, in_training), "positional":
         DataFrame (setting, layer, rank_estimate, stable_rank, relative_norm, adjacent_cos,
         low_freq_energy), "seconds": {setting: training seconds}, "models": {setting: model}}``;
-        with ``out_dir``, each run is saved in ``out_dir/addition_{setting}``.
+        with ``out_dir``, each run is saved in ``out_dir/addition_{setting}``. ``progress``:
+        each run's training bar (None: when watched; :mod:`tfmatcomp._progress`).
 
     Example:
         >>> r = addition_experiment(max_digits=2, n_layers=1, d_model=16, n_heads=2, n_steps=2,
@@ -302,7 +305,7 @@ def addition_experiment(
         t0 = time.perf_counter()
         run = train_lm(cfg, task.sampler(), tokenizer=ADDITION_TOKENIZER, n_steps=n_steps,
                        batch_size=batch_size, lr=lr, seed=seed, log_every=max(1, n_steps // 10),
-                       out_dir=_out(out_dir, f"addition_{setting}"),
+                       out_dir=_out(out_dir, f"addition_{setting}"), progress=wanted(progress),
                        metadata={"family": f"addition-{setting.replace('_', '-')}"})
         seconds[setting] = time.perf_counter() - t0
         models[setting] = run.model
@@ -336,6 +339,7 @@ def randomization_experiment(
     n_measure: int = 256,
     max_documents: int | None = None,
     out_dir: str | os.PathLike | None = None,
+    progress: bool | None = None,
 ) -> dict[str, Any]:
     """Section 5.1: character-level models trained on pydoc text with each of
     :data:`RANDOMIZATION_SETTINGS`, each measured on the three kinds of input (the paper's 3 x 3
@@ -345,6 +349,7 @@ def randomization_experiment(
         ``{"positional": DataFrame (train, inference, layer, rank_estimate, stable_rank,
         relative_norm, adjacent_cos, low_freq_energy and both halves' profile), "seconds",
         "models"}``; with ``out_dir``, each run is saved in ``out_dir/random_{train}``.
+        ``progress``: each run's training bar (None: when watched; :mod:`tfmatcomp._progress`).
 
     Example:
         >>> r = randomization_experiment(n_positions=8, n_layers=1, d_model=16, n_heads=2,
@@ -362,6 +367,7 @@ def randomization_experiment(
                        eval_sampler=randomized_sampler(base, keep, tok.vocab_size),
                        n_steps=n_steps, batch_size=batch_size, lr=lr, seed=seed,
                        log_every=max(1, n_steps // 10), out_dir=_out(out_dir, f"random_{train_name}"),
+                       progress=wanted(progress),
                        metadata={"family": f"char-gpt-{train_name.replace('_', '-')}"})
         seconds[train_name] = time.perf_counter() - t0
         models[train_name] = run.model

@@ -1,19 +1,14 @@
-"""Command line: ``tfmatcomp train``, ``presets``, ``report``, ``demo``, ``geometry``, ``sweep`` and
-``dynamics``.
+"""Command line: train the papers' BERT on matrix completion, report on a run, and more.
 
-Example::
-
-    tfmatcomp presets
-    tfmatcomp train --preset tiny --out runs/tiny --steps 2000
-    tfmatcomp train --preset tiny --out runs/tiny --steps 4000 --resume
-    tfmatcomp train --preset tiny --out runs/tiny-ddp --nproc 2        # data-parallel (torchrun)
-    tfmatcomp train --preset tiny --out runs/tiny-gauss --distribution gaussian
-    tfmatcomp train --preset paper-4l8h --out runs/paper-4l8h --checkpoint-dtype bf16 --max-shard-mb 15
-    tfmatcomp sweep --out runs/width --grid d_model=32,64,128 --seeds 0-1
-    tfmatcomp dynamics runs/tiny --measures L_mask,copying      # writes runs/tiny.dynamics.csv
+Commands: ``train``, ``presets``, ``report``, ``demo``, ``geometry``, ``sweep``, ``dynamics``
+(``tfmatcomp COMMAND --help`` for each). One meaning per flag in every command: ``--run-dir`` is a
+run directory (``train``, ``sweep``, ``demo``), ``-o/--output`` a file to write (its folder must
+exist), ``--seed`` a training seed, ``--sample-seed`` the seed of the matrices a command draws.
 
 Each command group is one module of this package (``train``, ``report``, ``geometry``, ``sweep``,
-``dynamics``); :mod:`~tfmatcomp.cli.args` holds the registry and the arguments they share.
+``dynamics``); :mod:`~tfmatcomp.cli.args` holds the registry and the arguments they share, and
+:mod:`~tfmatcomp.cli.names` the names offered, so that ``--help`` imports neither torch nor
+TransformerLens.
 """
 
 from __future__ import annotations
@@ -31,16 +26,46 @@ from tfmatcomp.cli import sweep  # noqa: E402,F401
 from tfmatcomp.cli import dynamics  # noqa: E402,F401
 
 
+DESCRIPTION = """\
+tfmatcomp: hook-based interpretability for a BERT trained on low-rank matrix completion,
+whose loss plateaus while it copies its input and then drops suddenly when it learns to
+complete the matrix (Gopalani, Lubana, Hu).
+
+One meaning per flag in every command: --run-dir is a run directory (train, sweep,
+demo), -o/--output a file to write (its folder must exist), --seed a training seed,
+--sample-seed the seed of the matrices a command draws."""
+
+EXAMPLES = """\
+examples:
+  tfmatcomp demo                                   train the tiny preset, write report.html
+  tfmatcomp demo --bundled                         report on the run shipped in the package
+  tfmatcomp demo --seed 3 --run-dir runs/seed3     train seed 3 and report on it
+  tfmatcomp presets                                the presets and what each is for
+  tfmatcomp train --preset tiny --run-dir runs/tiny --steps 2000
+  tfmatcomp train --run-dir runs/tiny --steps 4000 --resume
+  tfmatcomp train --run-dir runs/group --seeds 0-7 several seeds as one batched program
+  tfmatcomp report runs/tiny -o report.html --sections training,ablation
+  tfmatcomp sweep --run-dir runs/width --grid d_model=32,64,128 --seeds 0-1
+  tfmatcomp dynamics runs/tiny --measures L_mask,copying -o runs/tiny-dynamics.csv
+  tfmatcomp geometry MODEL_DIR TEXT_OR_DIR -o geometry.html
+
+docs: docs/quickstart.md; every command: tfmatcomp COMMAND --help"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tfmatcomp", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="tfmatcomp", description=DESCRIPTION, epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     debug_help = "show the full traceback of an error instead of one line"
     parser.add_argument("--debug", action="store_true", help=debug_help)
     from tfmatcomp import __version__
 
     parser.add_argument("--version", action="version", version=f"tfmatcomp {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                title="commands")
     for name, (setup, fn) in _COMMANDS.items():
-        p = sub.add_parser(name, help=(fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else None)
+        doc = " ".join((fn.__doc__ or "").split())
+        p = sub.add_parser(name, help=doc.split(". ")[0].rstrip(".") if doc else None,
+                           description=doc or None)
         setup(p)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         p.set_defaults(_run=fn, _bounds=bounds_of(name, p))

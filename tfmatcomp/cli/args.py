@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import Callable
 
+from tfmatcomp.cli.names import OPT_IN_SECTIONS, REPORT_SECTIONS
 from tfmatcomp.validation import parse_json
 
 #: ``--checkpoint-dtype`` values -> ``TrainConfig.checkpoint_dtype``.
@@ -134,7 +136,7 @@ def train_overrides(args: argparse.Namespace) -> dict:
         "checkpoint_dtype": CHECKPOINT_DTYPES.get(getattr(args, "checkpoint_dtype", None)),
         "max_shard_mb": getattr(args, "max_shard_mb", None),
         "interventions": getattr(args, "intervention", None)}.items() if v is not None}
-    if args.distribution is not None:
+    if getattr(args, "distribution", None) is not None:
         import dataclasses
 
         from tfmatcomp.config import get_preset
@@ -146,18 +148,57 @@ def train_overrides(args: argparse.Namespace) -> dict:
 
 
 
+def output_file(flag: str, path: str | None) -> Path | None:
+    """``path`` (None passes) if its folder exists; a missing folder is refused in one line,
+    before any work, instead of being created.
+
+    Example:
+        >>> output_file("-o/--output", "/nonexistent/dir/x.html")
+        Traceback (most recent call last):
+        ...
+        ValueError: -o/--output: the folder /nonexistent/dir does not exist; create it first, or choose another path
+    """
+    if path is None:
+        return None
+    folder = Path(path).expanduser().parent
+    if not folder.exists():   # a file in the way is refused by validation.writable_output
+        raise ValueError(f"{flag}: the folder {folder} does not exist; create it first, or choose "
+                         "another path")
+    return Path(path)
+
+
+def progress_arg(p: argparse.ArgumentParser) -> None:
+    """``--no-progress``; without it a command shows bars on a terminal and none in a pipe."""
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bars (shown by default on a terminal, not in a pipe)")
+
+
+def progress_of(args: argparse.Namespace) -> bool | None:
+    """What a command passes as ``progress=``: False with --no-progress, else None (a bar when
+    stderr is a terminal; tfmatcomp._progress)."""
+    return False if args.no_progress else None
+
+
+def sample_seed_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """``--sample-seed``: the seed of the matrices a command draws (``--seed`` is for training)."""
+    p.add_argument("--sample-seed", type=int, default=0,
+                   help=f"seed of the {what} (default 0; --seed is always a training seed)")
+
+
 def output_args(p: argparse.ArgumentParser, device_help: str) -> None:
     """Arguments shared by ``report`` and ``demo``."""
-    p.add_argument("-o", "--out", default="report.html", help="HTML file to write")
+    p.add_argument("-o", "--output", default="report.html",
+                   help="HTML file to write (default report.html; its folder must exist)")
     p.add_argument("--samples", type=int, default=256, help="matrices per experiment (256)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the samples the report draws")
-    p.add_argument("--sections", help="comma-separated subset of the report's sections "
-                   "(training, before_drop, llc, copying, ablation, ..., decomposition)")
+    sample_seed_arg(p, "matrices the report draws")
+    p.add_argument("--sections", help="comma-separated subset of the report's sections, in any "
+                   f"order: {', '.join(k for k in REPORT_SECTIONS if k not in OPT_IN_SECTIONS)}; "
+                   f"and the opt-in {', '.join(OPT_IN_SECTIONS)} (default: all but the opt-in)")
     p.add_argument("--llc", action="store_true",
                    help="also estimate the local learning coefficient at 6 checkpoints (section "
                    "'llc'; needs pip install 'tfmatcomp[llc]', about 40 s per checkpoint on tiny)")
     p.add_argument("--device", help=device_help)
-    p.add_argument("--no-progress", action="store_true")
+    progress_arg(p)
 
 
 def written(report, what: str) -> int:

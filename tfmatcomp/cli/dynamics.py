@@ -6,22 +6,23 @@ import argparse
 import contextlib
 from pathlib import Path
 
-from tfmatcomp.cli.args import command, int_list
+from tfmatcomp.cli.args import (command, int_list, output_file, progress_arg, progress_of,
+                                sample_seed_arg)
+from tfmatcomp.cli.names import MEASURES
 from tfmatcomp.validation import writable_output
 
 
 def _dynamics_args(p: argparse.ArgumentParser) -> None:
-    from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
-
     p.add_argument("run", help="run directory, multi-seed group directory (seeds.json), or a "
                    "bundled run name")
     p.add_argument("--measures", help="comma-separated progress measures (default: all of "
-                   f"{', '.join(PROGRESS_MEASURES)})")
-    p.add_argument("-o", "--out", help="CSV to write (default: next to the run, RUN.dynamics.csv; "
-                   "for a bundled run name, NAME.dynamics.csv here)")
+                   f"{', '.join(MEASURES)})")
+    p.add_argument("-o", "--output", help="CSV to write (default: next to the run, "
+                   "RUN.dynamics.csv; for a bundled run name, NAME.dynamics.csv here; its folder "
+                   "must exist)")
     p.add_argument("--figure", help="also write the measures' figure (HTML) here")
     p.add_argument("--samples", type=int, default=256, help="matrices in the fixed batch (256)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the fixed batch (0)")
+    sample_seed_arg(p, "fixed batch every checkpoint is measured on")
     p.add_argument("--steps", type=int_list,
                    help="comma-separated checkpoint steps (default: all)")
     p.add_argument("--batch-size", type=int, default=256, help="matrices per forward pass (256)")
@@ -29,6 +30,7 @@ def _dynamics_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lead", action="store_true",
                    help="also each measure's lead over the loss's onset per seed (RUN.lead.csv "
                    "beside the table) and print its summary over seeds (docs/dynamics.md)")
+    progress_arg(p)
 
 
 def dynamics_output(run: str) -> Path:
@@ -55,7 +57,9 @@ def _dynamics(args: argparse.Namespace) -> int:
     if unknown or not names:
         raise ValueError(f"--measures: unknown {unknown or names}; choose from "
                          f"{', '.join(PROGRESS_MEASURES)}")
-    out = dynamics_output(args.run) if args.out is None else Path(args.out)
+    out = output_file("-o/--output", dynamics_output(args.run) if args.output is None
+                      else args.output)
+    output_file("--figure", args.figure)
     lead_out = out.with_name(out.name.removesuffix(".csv").removesuffix(".dynamics") + ".lead.csv")
     with contextlib.ExitStack() as outputs:  # every output checked before the work
         for flag, path in [("-o", out), *([("--lead", lead_out)] if args.lead else []),
@@ -69,8 +73,9 @@ def _dynamics_table(args: argparse.Namespace, names: list[str], out: Path, lead_
     from tfmatcomp.analyses.dynamics.progress import PROGRESS_MEASURES
 
     table = over_checkpoints(args.run, {m: PROGRESS_MEASURES[m] for m in names},
-                             n_samples=args.samples, seed=args.seed, steps=args.steps,
-                             batch_size=args.batch_size, device=args.device)
+                             n_samples=args.samples, seed=args.sample_seed, steps=args.steps,
+                             batch_size=args.batch_size, device=args.device,
+                             progress=progress_of(args))
     table.to_csv(out, index=False)
     print(f"{len(table)} rows ({table['measure'].nunique()} measures, {table['step'].nunique()} "
           f"steps, {table['seed'].nunique()} seed(s)) written to {out}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from tfmatcomp.cli.args import command, written
+from tfmatcomp.cli.args import command, output_file, progress_arg, progress_of, written
+from tfmatcomp.cli.names import GEOMETRY_SECTIONS
 
 
 def _geometry_args(p: argparse.ArgumentParser) -> None:
@@ -14,7 +15,8 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
                    "downloaded")
     p.add_argument("text", help="text file (documents separated by blank lines) or directory (one "
                    "document per file); documents are the cluster labels")
-    p.add_argument("-o", "--out", default="geometry.html", help="HTML file to write")
+    p.add_argument("-o", "--output", default="geometry.html",
+                   help="HTML file to write (default geometry.html; its folder must exist)")
     p.add_argument("--contexts", type=int, default=256, help="C, contexts of the first pass (256)")
     p.add_argument("--positions", type=int, default=128, help="T, tokens per context (128)")
     p.add_argument("--second-pass", type=int, default=32, help="contexts of the second pass (32)")
@@ -23,10 +25,12 @@ def _geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", type=int, default=0, help="head of the QK figure (0-based)")
     p.add_argument("--drop-first", type=int, default=1, help="leading tokens dropped (1: the "
                    "paper's first-token artifact)")
-    p.add_argument("--seed", type=int, default=0, help="which windows are drawn")
-    p.add_argument("--sections", help="comma-separated subset of table1, pca, gram, clusters, qk, theory, induction")
+    p.add_argument("--sample-seed", type=int, default=0,
+                   help="seed of the text windows drawn as contexts (default 0)")
+    p.add_argument("--sections", help="comma-separated subset of "
+                   f"{', '.join(GEOMETRY_SECTIONS)} (default: all)")
     p.add_argument("--device", help="cpu or cuda (default: cpu)")
-    p.add_argument("--no-progress", action="store_true")
+    progress_arg(p)
 
 
 @command("geometry", _geometry_args)
@@ -34,12 +38,13 @@ def _geometry(args: argparse.Namespace) -> int:
     """Song & Zhong's geometry of a local BERT / GPT-2 / HookedDecoder on a text, as one HTML page."""
     from tfmatcomp.report.geometry import run_geometry
 
-    report = run_geometry(args.model_dir, args.text, args.out, n_contexts=args.contexts,
+    output_file("-o/--output", args.output)
+    report = run_geometry(args.model_dir, args.text, args.output, n_contexts=args.contexts,
                           n_positions=args.positions, n_second=args.second_pass,
                           batch_size=args.batch_size, layer=args.layer, head=args.head,
-                          drop_first=args.drop_first, seed=args.seed, device=args.device,
+                          drop_first=args.drop_first, seed=args.sample_seed, device=args.device,
                           sections=args.sections.split(",") if args.sections else None,
-                          progress=not args.no_progress)
+                          progress=progress_of(args) is not False)
     return written(report, "geometry report")
 
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from tfmatcomp.cli.args import command, train_overrides
-from tfmatcomp.config import PRESETS
-from tfmatcomp.runs.files import replace_file
-from tfmatcomp.task.data import DISTRIBUTIONS
+from tfmatcomp.cli.args import command, progress_arg, progress_of, train_overrides
+from tfmatcomp.cli.names import DISTRIBUTIONS, PRESETS
 
 
 def _grid_value(text: str):
@@ -42,8 +40,9 @@ def _parse_grid(items: list[str] | None) -> dict[str, list]:
 
 
 def _sweep_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="sweep directory: OUT/<field=value,...>/seed-S per "
-                   "run, OUT/sweep.csv (one row per configuration and seed) and OUT/sweep.html")
+    p.add_argument("--run-dir", required=True, help="sweep directory: RUN_DIR/<field=value,...>/"
+                   "seed-S per run, RUN_DIR/sweep.csv (one row per configuration and seed) and "
+                   "RUN_DIR/sweep.html")
     p.add_argument("--grid", action="append", metavar="FIELD=V1,V2,...",
                    help="a swept field and its values, repeatable (the grid is their product): any "
                    "EncoderConfig / TaskConfig / TrainConfig field, or width, depth, heads "
@@ -62,7 +61,7 @@ def _sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda, ... (default: CUDA when present)")
     p.add_argument("--overwrite", action="store_true", help="train every configuration again from "
                    "step 0 (by default finished runs are kept and unfinished ones resumed)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    progress_arg(p)
 
 
 @command("sweep", _sweep_args)
@@ -71,9 +70,13 @@ def _sweep(args: argparse.Namespace) -> int:
     from tfmatcomp.training.sweeps import sweep
 
     grid = _parse_grid(args.grid)
-    result = sweep(grid, args.preset, seeds=args.seeds, out_dir=args.out, device=args.device,
+    from tfmatcomp._progress import wanted
+
+    result = sweep(grid, args.preset, seeds=args.seeds, out_dir=args.run_dir, device=args.device,
                    resume=not args.overwrite, overwrite=args.overwrite,
-                   progress=not args.no_progress, **train_overrides(args))
+                   progress=wanted(progress_of(args)), **train_overrides(args))
+    from tfmatcomp.runs.files import replace_file
+
     replace_file(result.out_dir / "sweep.csv", result.table.to_csv(index=False))
     replace_file(result.out_dir / "sweep.html", result.figure().to_html(include_plotlyjs=True))
     columns = [*result.fields, "seed", "steps", "final_L_mask", "drop_step"]

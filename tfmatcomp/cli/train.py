@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from tfmatcomp.cli.args import CHECKPOINT_DTYPES, command, int_list, json_object, train_overrides
-from tfmatcomp.config import PRESETS
-from tfmatcomp.task.data import DISTRIBUTIONS
+from tfmatcomp.cli.args import (CHECKPOINT_DTYPES, command, int_list, json_object, progress_arg,
+                                progress_of, train_overrides)
+from tfmatcomp.cli.names import DISTRIBUTIONS, PRESETS
 
 
 def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
                    help="model / task / training defaults (default: tiny)")
-    p.add_argument("--out", required=True, help="run directory (metrics.jsonl, checkpoints/)")
+    p.add_argument("--run-dir", required=True,
+                   help="run directory to write (metrics.jsonl, checkpoints/); with --seeds, one "
+                   "run directory per seed inside it")
     p.add_argument("--steps", type=int, help="total optimizer steps (default: the preset's)")
-    p.add_argument("--seed", type=int, help="seed for initialization and data (default: 0)")
+    p.add_argument("--seed", type=int, help="training seed: initialization and data (default: 0)")
     p.add_argument("--seeds", help="train several seeds at once as one batched program, e.g. 0-7 "
-                   "or 0,3,5; seed s writes OUT/seed-s (an ordinary run directory)")
+                   "or 0,3,5; seed s writes RUN_DIR/seed-s (an ordinary run directory)")
     p.add_argument("--lr", type=float, help="constant Adam learning rate")
     p.add_argument("--batch-size", type=int, help="training batch size")
     p.add_argument("--log-every", type=int, help="steps between metrics-log lines")
@@ -45,12 +47,12 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    "docs/interventions.md)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
-                      help="continue the run in --out from its latest checkpoint (starts fresh "
-                      "when --out is absent or empty)")
+                      help="continue the run in --run-dir from its latest checkpoint (starts "
+                      "fresh when --run-dir is absent or empty)")
     mode.add_argument("--overwrite", action="store_true",
-                      help="delete the run in --out and train again from step 0 (without "
-                      "--resume or --overwrite, a non-empty --out is refused)")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+                      help="delete the run in --run-dir and train again from step 0 (without "
+                      "--resume or --overwrite, a non-empty --run-dir is refused)")
+    progress_arg(p)
     p.add_argument("--nproc", type=int, help="train on N processes of this machine (launches "
                    "torchrun: data-parallel over one global batch, or with --seeds the seeds "
                    "spread over the processes; one GPU each on CUDA, gloo on CPU)")
@@ -89,8 +91,10 @@ def _train_here(args: argparse.Namespace) -> int:
     from tfmatcomp import distributed
 
     # the run's keywords (RunSetup's and the TrainConfig overrides), for one seed or many
-    keywords = dict(out_dir=args.out, device=args.device, overwrite=args.overwrite,
-                    progress=not args.no_progress, **train_overrides(args))
+    from tfmatcomp._progress import wanted
+
+    keywords = dict(out_dir=args.run_dir, device=args.device, overwrite=args.overwrite,
+                    progress=wanted(progress_of(args)), **train_overrides(args))
     if args.seeds is not None and args.seed is not None:
         raise ValueError("--seed and --seeds: give one of them")
     if distributed.under_torchrun():  # one of several ranks: the data- or seed-parallel trainers
@@ -113,7 +117,7 @@ def _train_here(args: argparse.Namespace) -> int:
                 print(f"seed {seed}, step {result.step}: eval L_obs {last['eval_L_obs']:.3g}, "
                       f"eval L_mask {last['eval_L_mask']:.3g}")
         if distributed.rank() == 0:
-            print(f"runs written to {args.out}/seed-*")
+            print(f"runs written to {args.run_dir}/seed-*")
         return 0
     last = runs.metrics.iloc[-1] if len(runs.metrics) else None
     if last is not None:
@@ -125,6 +129,9 @@ def _train_here(args: argparse.Namespace) -> int:
 
 @command("presets", lambda p: None)
 def _presets(args: argparse.Namespace) -> int:
+    """List the presets: model shape, task and what each is for."""
+    from tfmatcomp.config import PRESETS
+
     for name, preset in PRESETS.items():
         m, t = preset.model, preset.task
         print(f"{name:14s} {m.n_layers}L {m.n_heads}H d={m.d_model} | {t.n_rows}x{t.n_cols or t.n_rows}"

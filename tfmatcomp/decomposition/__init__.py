@@ -42,6 +42,8 @@ Example:
 """
 
 
+
+import importlib
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
 from tfmatcomp.decomposition.batch import decompose, decompose_cache
 from tfmatcomp.decomposition.drivers import accumulate, hf_bert_modules, residual_pass
@@ -58,3 +60,16 @@ __all__ = [
     "residual_stream_names",
     "hf_bert_modules",
 ]
+
+
+def __getattr__(name: str):
+    """A submodule on first use (``tm.decomposition.<module>`` without importing it first), as when
+    ``import tfmatcomp`` imported everything."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -106,13 +106,15 @@ def _feed(
     sink: Callable[[str, Tensor, Tensor | None], None],
     names: Sequence[str] | None,
     modules: Mapping[str, nn.Module] | None,
-    progress: bool,
+    progress: bool | None,
     total: int | None,
     desc: str,
     forward_kwargs: Mapping[str, Any] | None,
 ) -> int:
     """Run ``model`` over ``batches``, calling ``sink(name, activation, mask)`` from hooks."""
-    from tqdm.auto import tqdm
+    from tfmatcomp._progress import check_progress, tracked
+
+    check_progress(progress)
 
     if modules is not None and names is not None:
         raise ValueError("names / modules: give one of them (hook names for run_with_hooks, or "
@@ -142,7 +144,7 @@ def _feed(
     n_tokens = 0
     try:
         with torch.no_grad(), stream_hooks:
-            for batch in tqdm(batches, total=total, disable=not progress, desc=desc, unit="batch"):
+            for batch in tracked(batches, desc, progress, total=total, unit="batch"):
                 tokens, mask = _unpack_batch(batch)
                 if device is not None:
                     tokens = tokens.to(device)
@@ -172,7 +174,7 @@ def accumulate(
     drop_first: int = 0,
     keep_ctx: bool = True,
     second_moment: bool = True,
-    progress: bool = True,
+    progress: bool | None = None,
     total: int | None = None,
     forward_kwargs: Mapping[str, Any] | None = None,
 ) -> DecompositionAccumulator:
@@ -193,7 +195,8 @@ def accumulate(
             (torch forward hooks; e.g. :func:`hf_bert_modules` for a transformers BERT).
         accumulator: continue an existing accumulator (its settings win over the next three).
         drop_first, keep_ctx, second_moment: see :class:`DecompositionAccumulator`.
-        progress: show a tqdm progress bar.
+        progress: a bar over the batches (None: on a terminal or in a notebook, not in a pipe or
+            under pytest; :mod:`tfmatcomp._progress`).
         total: number of batches, for the progress bar.
         forward_kwargs: extra keyword arguments for every forward call.
 

@@ -3,13 +3,18 @@
 The common arguments, which each function's docstring refers to rather than repeats:
 
 * ``models``: a :class:`~tfmatcomp.HookedEncoder` or :class:`~tfmatcomp.HookedDecoder`, a
-  checkpoint path, or ``{label: model or path}``; label ``"pre-shift"`` / ``"post-shift"`` to get
-  the papers' numbers in the ``paper_4l8h_*`` columns.
+  checkpoint path, or ``{label: model or path}``; the papers' own model (4 layers, 8 heads,
+  d_model 768: :func:`is_papers_model`) labelled ``"pre-shift"`` / ``"post-shift"`` gets the
+  papers' numbers in ``paper_4l8h_*`` columns (other models get no such columns).
 * ``task``: the matrix task (default: the checkpoints' own).
 * ``n_samples``: matrices (the papers' counts by default, 256 for most).
 * ``seed``: seeds the batch (the same for every condition); the same seed gives the same table.
 * ``batch_size``: matrices per forward pass.
+* ``progress``: a progress bar; None (default) shows one on a terminal or in a notebook and none
+  in a pipe or under pytest (:mod:`tfmatcomp._progress`), True / False force it.
 
+Tables keep each row's intervention as JSON in ``df.attrs["interventions"]``;
+:func:`with_interventions` adds it as a column.
 See docs/interventions.md. Head groups from a model's own head labels (the workshop paper's
 "uninterpretable" test for any shape) sit one layer up, with the labels:
 :func:`tfmatcomp.analyses.heads.label_group_ablation`.
@@ -36,17 +41,33 @@ Example:
     ['model', 'heads', 'variant', 'condition', 'L', 'L_obs']
 """
 
+
+import importlib
 from tfmatcomp.experiments.attention_change import attention_change, attention_targets
 from tfmatcomp.experiments.ablation import attention_ablation, head_ablation_scan, head_group_ablation
 from tfmatcomp.experiments.copying import copying_check
 from tfmatcomp.experiments.patching import activation_patching
 from tfmatcomp.experiments.permutation import permutation_summary, positional_permutation
 from tfmatcomp.experiments.reference import PAPER_HEAD_GROUPS, PAPER_LABEL
+from tfmatcomp.experiments.table import is_papers_model, with_interventions
 from tfmatcomp.experiments.transplant import weight_transplant
 
 __all__ = [
     "copying_check", "attention_ablation", "weight_transplant", "positional_permutation",
     "permutation_summary",
     "activation_patching", "head_group_ablation", "head_ablation_scan", "PAPER_HEAD_GROUPS",
-    "PAPER_LABEL", "attention_change", "attention_targets",
+    "PAPER_LABEL", "attention_change", "attention_targets", "with_interventions", "is_papers_model",
 ]
+
+
+def __getattr__(name: str):
+    """A submodule on first use (``tm.experiments.<module>`` without importing it first), as when
+    ``import tfmatcomp`` imported everything."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

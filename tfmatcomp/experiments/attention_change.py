@@ -30,6 +30,7 @@ from torch import Tensor
 
 from tfmatcomp.datapath import (ModelLike, TaskLike, iter_chunks, resolve_models, sample_batch)
 from tfmatcomp.models.objectives import model_kind
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.models.hook_names import pattern_hook_names
 
 __all__ = ["attention_targets", "attention_change"]
@@ -61,8 +62,10 @@ def _key_sets(n_rows: int, n_cols: int, decoder: bool, seq_len: int) -> tuple[Te
 
 @torch.no_grad()
 def attention_targets(model, task: TaskLike = None, *, n_samples: int = 256, seed: int = 0,
-                      batch_size: int = 256) -> pd.DataFrame:
+                      batch_size: int = 256, progress: bool | None = None) -> pd.DataFrame:
     """Per head, the mean attention mass of the entries' queries on each target (module docs).
+
+    ``progress``: a bar over the forward passes (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         Rows ``layer``, ``head`` (0-based), ``same_row``, ``same_col``, ``self``, ``sep``
@@ -74,16 +77,19 @@ def attention_targets(model, task: TaskLike = None, *, n_samples: int = 256, see
         >>> df.shape
         (8, 6)
     """
+    check_progress(progress)
     named, task = resolve_models(model, task)
     (model,) = named.values()
     batch = sample_batch(task, n_samples, seed)
     names = pattern_hook_names(model)
     total: Tensor | None = None
-    for chunk in iter_chunks(model, batch, batch_size=batch_size, names=names,
-                             return_predictions=False):
-        pat = torch.stack([chunk.cache[n] for n in names], dim=1).float()  # [b, layer, head, q, k]
-        s = pat.sum(0).cpu()
-        total = s if total is None else total + s
+    with bar(-(-n_samples // batch_size), "attention targets", progress, unit="batch") as b:
+        for chunk in iter_chunks(model, batch, batch_size=batch_size, names=names,
+                                 return_predictions=False):
+            pat = torch.stack([chunk.cache[n] for n in names], dim=1).float()  # [b, layer, head, q, k]
+            s = pat.sum(0).cpu()
+            total = s if total is None else total + s
+            b.update()
     mean = total / n_samples
     decoder = model_kind(model) == "decoder"
     queries, sets = _key_sets(batch.n_rows, batch.n_cols, decoder, mean.shape[-1])
@@ -97,21 +103,28 @@ def attention_targets(model, task: TaskLike = None, *, n_samples: int = 256, see
 
 
 def attention_change(before: ModelLike, after: ModelLike, task: TaskLike = None, *,
-                     n_samples: int = 256, seed: int = 0, batch_size: int = 256) -> pd.DataFrame:
+                     n_samples: int = 256, seed: int = 0, batch_size: int = 256,
+                     progress: bool | None = None) -> pd.DataFrame:
     """How each head's attention targets change between two checkpoints (e.g. either side of the
     drop), on the same seeded batch; works on encoders and decoders.
 
     Args:
         before, after: models or checkpoint paths of the same kind and shape.
         task: the matrix task (default: the checkpoints' own).
+        progress: a bar over the two checkpoints (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         Rows per (layer, head, target): ``before``, ``after``, ``change`` (after - before), and
         ``target`` one of ``same_row``, ``same_col``, ``self``, ``sep``.
     """
+    check_progress(progress)
     named, task = resolve_models({"before": before, "after": after}, task)
-    tables = {label: attention_targets(m, task, n_samples=n_samples, seed=seed,
-                                       batch_size=batch_size) for label, m in named.items()}
+    tables = {}
+    with bar(2, "attention change", progress) as b:
+        for label, m in named.items():
+            with b.step(label):
+                tables[label] = attention_targets(m, task, n_samples=n_samples, seed=seed,
+                                                  batch_size=batch_size)
     long = {label: t.melt(id_vars=["layer", "head"], var_name="target", value_name=label)
             for label, t in tables.items()}
     df = long["before"].merge(long["after"], on=["layer", "head", "target"])

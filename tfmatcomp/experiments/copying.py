@@ -23,11 +23,12 @@ from typing import Iterable
 
 import pandas as pd
 
-from tfmatcomp.datapath import ModelsLike, TaskLike, loss_values, predict, resolve_models, sample_batch
+from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_COPYING, PRE
-from tfmatcomp.experiments.table import experiment_table
+from tfmatcomp.experiments.table import experiment_table, papers
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.interventions import MaskSubstitution, to_json
-from tfmatcomp.task.metrics import L_mask_prime
+from tfmatcomp.task.metrics import L_mask_prime, losses
 
 __all__ = ["copying_check"]
 
@@ -41,6 +42,7 @@ def copying_check(
     mask_values: Iterable[float | None] = (None, 0.44, -0.24),
     random_matrices: bool = True,
     batch_size: int = 256,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """``L'_mask`` and ``L_obs`` with MASK replaced by the token of ``m`` (Table 1 of the workshop paper).
 
@@ -53,27 +55,38 @@ def copying_check(
         mask_values: ``None`` keeps MASK (``m = 0``); numbers are substituted.
         random_matrices: also run on full-rank matrices with iid entries.
         batch_size: matrices per forward pass.
+        progress: a bar over the conditions (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         One row per (model, inputs, mask): ``model``, ``inputs`` (``"rank-r"`` or ``"random"``),
         ``mask`` (``"MASK"`` or the value), ``m``, ``L_mask_prime``, ``L_obs``, ``L_mask`` (against
-        the true values), ``paper_4l8h_L_mask_prime``, ``paper_4l8h_L_obs`` (Table 1, filled for
-        models labelled ``"pre-shift"``), ``intervention`` (the JSON of what was run, None for
-        MASK left in place; :func:`tfmatcomp.interventions.from_dict` rebuilds it).
+        the true values), and ``paper_4l8h_L_mask_prime``, ``paper_4l8h_L_obs`` (Table 1) for the
+        papers' model labelled ``"pre-shift"``. ``df.attrs["interventions"]``: what each row ran
+        as JSON (None for MASK left in place; :func:`tfmatcomp.interventions.from_dict` rebuilds
+        it, :func:`~tfmatcomp.experiments.with_interventions` adds the column).
 
     Example:
         >>> import tfmatcomp as tm
         >>> df = copying_check({"pre-shift": tm.HookedEncoder(tm.get_preset("tiny").model)}, "tiny",
         ...                    n_samples=4, mask_values=[0.44], random_matrices=False)
-        >>> df.loc[0, "inputs"], df.loc[0, "mask"], float(df.loc[0, "paper_4l8h_L_mask_prime"])
-        ('rank-1', '0.44', 0.0004)
+        >>> df.loc[0, "inputs"], df.loc[0, "mask"]
+        ('rank-1', '0.44')
     """
     named, task = resolve_models(models, task)
     kinds = [(f"rank-{task.rank}" if task.rank is not None else "random", "low-rank", task, seed)]
     if random_matrices and task.rank is not None:
         kinds.append(("random", "random", dataclasses.replace(task, rank=None), seed + 1))
     values = list(mask_values)
+    check_progress(progress)
     rows = []
+    with bar(len(named) * len(kinds) * len(values), "copying check", progress) as b:
+        _copying_rows(rows, named, task, kinds, values, n_samples, batch_size, b)
+    return experiment_table(rows, experiment="copying check", n_samples=n_samples, seed=seed,
+                            paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, "
+                            "512 samples)")
+
+
+def _copying_rows(rows, named, task, kinds, values, n_samples, batch_size, b) -> None:
     for label, model in named.items():
         for inputs, paper_kind, kind_task, kind_seed in kinds:
             batch = sample_batch(kind_task, n_samples, kind_seed, model.device)
@@ -82,17 +95,15 @@ def copying_check(
                 m = 0.0 if value is None else float(value)
                 mask = "MASK" if value is None else f"{float(value):g}"
                 pred = predict(model, batch, iv, batch_size)
-                losses = loss_values(pred, batch)
-                paper = PAPER_COPYING.get(paper_kind if task.rank is not None else "random", {}).get(
-                    mask, {}) if label == PRE else {}
+                got = losses(pred, batch, as_floats=True)
+                paper = papers(PAPER_COPYING.get(paper_kind if task.rank is not None else "random", {}),
+                               mask, model) if label == PRE else {}
                 rows.append({
                     "model": label, "inputs": inputs, "mask": mask, "m": m,
                     "L_mask_prime": float(L_mask_prime(pred, batch, m)),
-                    "L_obs": losses["L_obs"], "L_mask": losses["L_mask"],
+                    "L_obs": got["L_obs"], "L_mask": got["L_mask"],
                     "paper_4l8h_L_mask_prime": paper.get("L_mask_prime", float("nan")),
                     "paper_4l8h_L_obs": paper.get("L_obs", float("nan")),
                     "intervention": to_json(iv),
                 })
-    return experiment_table(rows, experiment="copying check", n_samples=n_samples, seed=seed,
-                            paper_columns="Table 1 of the workshop paper (4L8H, 7x7 rank 2, pre-shift, "
-                            "512 samples)")
+                b.update()

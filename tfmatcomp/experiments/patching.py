@@ -37,7 +37,8 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, predict, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PATCHING, POST
-from tfmatcomp.experiments.table import experiment_table
+from tfmatcomp.experiments.table import experiment_table, is_papers_model
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.interventions import ActivationPatch, SampledBatch, to_json
 from tfmatcomp.interventions.sites import check_hook_list, head_axis
 from tfmatcomp.models.encoder import HookedEncoder
@@ -100,6 +101,7 @@ def activation_patching(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """``MSE(f_p, X)`` and ``MSE(f_p, -X)`` at masked and observed entries, for patched layer / head sets.
 
@@ -110,6 +112,7 @@ def activation_patching(
         per_layer: also patch each layer alone.
         per_head: also patch each head alone (``n_layers * n_heads`` more rows per entry kind;
             ``hook`` must have a head axis, e.g. ``attn.hook_z``, ``attn.hook_v``).
+        progress: a bar over the patches (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         Rows per (model, patched, entries): ``patched`` (``"none"``, ``"all"``, ``"layer l"`` or
@@ -118,9 +121,9 @@ def activation_patching(
         ``"observed"``), ``mse_to_X``, ``mse_to_neg_X``, ``by_construction`` (True where the row
         equals ``f(X)`` for any weights, so shows nothing about the model:
         :func:`patched_by_construction`; the ``"all"`` rows at masked entries for ``hook_z``),
-        ``paper_4l8h_mse_to_X``, ``paper_4l8h_mse_to_neg_X`` (all layers, masked, post-shift),
-        ``intervention``: the JSON of the patch, run on ``-X`` (None for ``"none"``); its source is
-        the seeded batch ``X`` (``SampledBatch(task, n_samples, seed)``), so the record is small.
+        ``paper_4l8h_mse_to_X``, ``paper_4l8h_mse_to_neg_X`` (the papers' model only: all layers,
+        masked, post-shift). ``df.attrs["interventions"]``: each row's patch as JSON, run on
+        ``-X`` (None for ``"none"``); its source is the seeded batch ``X`` (``SampledBatch(task, n_samples, seed)``), so the record is small.
         Run chunk by chunk, each chunk is patched from the same rows of ``X``, which is the same.
 
     Raises:
@@ -136,43 +139,15 @@ def activation_patching(
     if per_head and head_axis(hook) is None:
         raise ValueError(f"per_head: hook {hook!r} has no head axis; per-head patches need one of "
                          "attn.hook_q / hook_k / hook_v / hook_z / hook_attn_scores / hook_pattern")
+    check_progress(progress)
     named, task = resolve_models(models, task)
     rows = []
-    for label, model in named.items():
-        x = sample_batch(task, n_samples, seed, model.device)
-        neg = x.negated()
-        # (patched, layers, heads): None patches all of them
-        sites: list[tuple[str, list[int] | None, list[int] | None]] = [("none", None, None),
-                                                                        ("all", None, None)]
-        if per_layer:
-            sites += [(f"layer {l}", [l], None) for l in range(model.cfg.n_layers)]
-        if per_head:
-            sites += [(f"head ({l}, {h})", [l], [h]) for l in range(model.cfg.n_layers)
-                      for h in range(model.cfg.n_heads)]
-        for patched, layers, heads in sites:
-            record = None if patched == "none" else ActivationPatch(
-                _source(task, x, n_samples, seed), hooks=hook, layers=layers, heads=heads)
-            if patched == "none":
-                iv = None
-            else:
-                # the chunk of -X being run; its source is the matching chunk of X (same rows)
-                def iv(chunk, layers=layers, heads=heads):
-                    return ActivationPatch(chunk.negated(), hooks=hook, layers=layers, heads=heads)
-            f_p = predict(model, neg, iv, batch_size)
-            for entries, where in (("masked", x.masked), ("observed", x.observed)):
-                ref = PAPER_PATCHING.get(entries, {}) if (
-                    label == POST and patched == "all" and hook == "attn.hook_z") else {}
-                rows.append({"model": label, "patched": patched,
-                             "layer": layers[0] if layers is not None else None,
-                             "head": heads[0] if heads is not None else None,
-                             "entries": entries,
-                             "mse_to_X": float(mse(f_p, x.values, where)),
-                             "mse_to_neg_X": float(mse(f_p, neg.values, where)),
-                             "by_construction": patched != "none" and patched_by_construction(
-                                 model, hook, layers, heads, entries),
-                             "paper_4l8h_mse_to_X": ref.get("mse_to_X", float("nan")),
-                             "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan")),
-                             "intervention": to_json(record)})
+    total = sum(2 + per_layer * m.cfg.n_layers + per_head * m.cfg.n_layers * m.cfg.n_heads
+                for m in named.values())
+    with bar(total, "activation patching", progress) as b:
+        for label, model in named.items():
+            _patch_rows(rows, label, model, task, hook, per_layer, per_head, n_samples, seed,
+                        batch_size, b)
     df = experiment_table(rows, experiment="activation patching X -> -X", hook=hook,
                           n_samples=n_samples, seed=seed, layers_convention="0-based",
                           target="-X: the batch of the source, negated (same mask)",
@@ -182,6 +157,46 @@ def activation_patching(
     for col in ("layer", "head"):
         df[col] = df[col].astype("Int64")
     return df
+
+
+def _patch_rows(rows, label, model, task, hook, per_layer, per_head, n_samples, seed, batch_size, b):
+    """Append the rows of one model to ``rows``, moving the bar ``b`` once per patch."""
+    x = sample_batch(task, n_samples, seed, model.device)
+    neg = x.negated()
+    # (patched, layers, heads): None patches all of them
+    sites: list[tuple[str, list[int] | None, list[int] | None]] = [("none", None, None),
+                                                                    ("all", None, None)]
+    if per_layer:
+        sites += [(f"layer {l}", [l], None) for l in range(model.cfg.n_layers)]
+    if per_head:
+        sites += [(f"head ({l}, {h})", [l], [h]) for l in range(model.cfg.n_layers)
+                  for h in range(model.cfg.n_heads)]
+    for patched, layers, heads in sites:
+        record = None if patched == "none" else ActivationPatch(
+            _source(task, x, n_samples, seed), hooks=hook, layers=layers, heads=heads)
+        if patched == "none":
+            iv = None
+        else:
+            # the chunk of -X being run; its source is the matching chunk of X (same rows)
+            def iv(chunk, layers=layers, heads=heads):
+                return ActivationPatch(chunk.negated(), hooks=hook, layers=layers, heads=heads)
+        f_p = predict(model, neg, iv, batch_size)
+        for entries, where in (("masked", x.masked), ("observed", x.observed)):
+            ref = PAPER_PATCHING.get(entries, {}) if (
+                label == POST and patched == "all" and hook == "attn.hook_z"
+                and is_papers_model(model)) else {}
+            rows.append({"model": label, "patched": patched,
+                         "layer": layers[0] if layers is not None else None,
+                         "head": heads[0] if heads is not None else None,
+                         "entries": entries,
+                         "mse_to_X": float(mse(f_p, x.values, where)),
+                         "mse_to_neg_X": float(mse(f_p, neg.values, where)),
+                         "by_construction": patched != "none" and patched_by_construction(
+                             model, hook, layers, heads, entries),
+                         "paper_4l8h_mse_to_X": ref.get("mse_to_X", float("nan")),
+                         "paper_4l8h_mse_to_neg_X": ref.get("mse_to_neg_X", float("nan")),
+                         "intervention": to_json(record)})
+        b.update()
 
 
 def _source(task, x, n_samples: int, seed: int):

@@ -27,7 +27,8 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelsLike, TaskLike, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_PERMUTATION
-from tfmatcomp.experiments.table import experiment_table, loss_row
+from tfmatcomp.experiments.table import experiment_table, loss_row, papers
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.interventions import PositionalPermutation
 from tfmatcomp.validation import check_positive_int
 
@@ -45,6 +46,7 @@ def positional_permutation(
     seed: int = 0,
     n_permutations: int = 1,
     batch_size: int = 256,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Losses with randomly permuted positional embeddings.
 
@@ -52,26 +54,33 @@ def positional_permutation(
         models, task, n_samples, seed, batch_size: the experiments' common arguments
             (:mod:`tfmatcomp.experiments`).
         n_permutations: how many random permutations; permutation ``k`` uses seed ``seed + k``.
+        progress: a bar over the conditions (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         Rows per model: ``condition`` ``"baseline"``, then ``"permuted"`` per permutation, with
-        ``permutation_seed``, ``L``, ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``,
-        ``paper_4l8h_L_mask`` (post-shift, permuted rows), ``intervention`` (JSON of the
-        permutation, None for the baseline).
+        ``permutation_seed``, ``L``, ``L_obs``, ``L_mask``, and for the papers' model
+        ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask`` (post-shift, permuted rows).
+        ``df.attrs["interventions"]``: each row's permutation as JSON (None for the baseline).
     """
     check_positive_int("n_permutations", n_permutations)
+    check_progress(progress)
     named, task = resolve_models(models, task)
     rows = []
-    for label, model in named.items():
-        batch = sample_batch(task, n_samples, seed, model.device)
-        rows.append({"model": label, "condition": "baseline", "permutation_seed": None,
-                     **loss_row(model, batch, None, batch_size)})
-        for k in range(n_permutations):
-            iv = PositionalPermutation(seed=seed + k, n_positions=task.n_positions)
-            rows.append({"model": label, "condition": "permuted", "permutation_seed": seed + k,
-                         **loss_row(model, batch, iv, batch_size, PAPER_PERMUTATION.get(label))})
-    return experiment_table(rows, experiment="positional permutation", n_samples=n_samples,
-                            seed=seed)
+    with bar(len(named) * (1 + n_permutations), "positional permutation", progress) as b:
+        for label, model in named.items():
+            batch = sample_batch(task, n_samples, seed, model.device)
+            rows.append({"model": label, "condition": "baseline", "permutation_seed": None,
+                         **loss_row(model, batch, None, batch_size)})
+            b.update()
+            for k in range(n_permutations):
+                iv = PositionalPermutation(seed=seed + k, n_positions=task.n_positions)
+                rows.append({"model": label, "condition": "permuted", "permutation_seed": seed + k,
+                             **loss_row(model, batch, iv, batch_size,
+                                        papers(PAPER_PERMUTATION, label, model))})
+                b.update()
+    df = experiment_table(rows, experiment="positional permutation", n_samples=n_samples, seed=seed)
+    df["permutation_seed"] = df["permutation_seed"].astype("Int64")   # missing for the baseline
+    return df
 
 
 def permutation_summary(table: pd.DataFrame) -> pd.DataFrame:

@@ -23,7 +23,8 @@ import pandas as pd
 
 from tfmatcomp.datapath import ModelLike, TaskLike, resolve_models, sample_batch
 from tfmatcomp.experiments.reference import PAPER_ABLATION_ALL, PAPER_TRANSPLANT, POST, PRE
-from tfmatcomp.experiments.table import experiment_table, loss_row
+from tfmatcomp.experiments.table import experiment_table, is_papers_model, loss_row
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.interventions import WeightTransplant
 
 __all__ = ["weight_transplant"]
@@ -39,6 +40,7 @@ def weight_transplant(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Losses of each model with the other's ``params`` transplanted, both directions.
 
@@ -53,26 +55,36 @@ def weight_transplant(
             ``"qkv"`` (default, the papers'), ``"all_but_attn"`` (their second variant), other groups
             or parameter names.
         n_samples: matrices (paper: 256); seed: seeds the batch (the same for every row).
+        progress: a bar over the conditions (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         Rows ``recipient``, ``donor`` and ``params`` (``"none"`` for the baselines), ``L``,
-        ``L_obs``, ``L_mask``, ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask`` (the papers' Q/K/V
-        numbers; the baselines are their unablated losses), ``intervention`` (JSON of the
-        transplant, None for the baselines).
+        ``L_obs``, ``L_mask``, and for the papers' model ``paper_4l8h_L_obs``, ``paper_4l8h_L_mask``
+        (the papers' Q/K/V numbers; the baselines are their unablated losses).
+        ``df.attrs["interventions"]``: each row's transplant as JSON (None for the baselines).
     """
     first, second = (str(x) for x in labels)
     if first == second:
         raise ValueError(f"labels: must differ, got {labels!r}")
     named, task = resolve_models({first: pre, second: post}, task)
-    paper_labels = (first, second) == (PRE, POST)
+    check_progress(progress)
+    paper_labels = (first, second) == (PRE, POST) and all(map(is_papers_model, named.values()))
     what = params if isinstance(params, str) else ", ".join(params)
     batch = sample_batch(task, n_samples, seed)
     rows = []
+    with bar(4, "weight transplant", progress) as b:
+        _transplant_rows(rows, named, (first, second), {first: pre, second: post}, params, what,
+                         batch, batch_size, paper_labels, b)
+    return experiment_table(rows, experiment="weight transplant", n_samples=n_samples, seed=seed)
+
+
+def _transplant_rows(rows, named, labels, given, params, what, batch, batch_size, paper_labels, b):
+    first, second = labels
     for label in (first, second):
         ref = PAPER_ABLATION_ALL[label]["baseline"] if paper_labels else {}
         rows.append({"recipient": label, "donor": "none", "params": "none",
                      **loss_row(named[label], batch, None, batch_size, ref)})
-    given = {first: pre, second: post}
+        b.update()
     for recipient, donor in ((first, second), (second, first)):
         # a path is passed on, so that the record names the checkpoint instead of its weights
         iv = WeightTransplant(given[donor] if isinstance(given[donor], (str, os.PathLike))
@@ -80,4 +92,4 @@ def weight_transplant(
         ref = PAPER_TRANSPLANT.get((recipient, donor), {}) if (params == "qkv" and paper_labels) else {}
         rows.append({"recipient": recipient, "donor": donor, "params": what,
                      **loss_row(named[recipient], batch, iv, batch_size, ref)})
-    return experiment_table(rows, experiment="weight transplant", n_samples=n_samples, seed=seed)
+        b.update()

@@ -20,6 +20,8 @@ Example:
     0
 """
 
+
+import importlib
 from tfmatcomp.geometry.fourier import gram_dct, low_frequency_energy
 from tfmatcomp.geometry.grid import GridShares, pos_pca, row_column_r2
 from tfmatcomp.geometry.pca import PCAResult, pca
@@ -63,3 +65,16 @@ __all__ = [
     "row_column_r2", "GridShares", "pos_pca", "pca", "PCAResult",
     "layer_summary", "summary_table", "model_summary_table", "SUMMARY_COLUMNS",
 ]
+
+
+def __getattr__(name: str):
+    """A submodule on first use (``tm.geometry.<module>`` without importing it first), as when
+    ``import tfmatcomp`` imported everything."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -165,7 +165,7 @@ def model_summary_table(
     k: int = 20,
     strategy: str = "impute",
     drop_first: int = 0,
-    progress: bool = True,
+    progress: bool | None = None,
     total: int | None = None,
 ) -> pd.DataFrame:
     """Stream ``model`` over ``batches`` (:func:`~tfmatcomp.decomposition.accumulate`) and tabulate.

@@ -30,6 +30,8 @@ Example:
     ['L', 'L_mask']
 """
 
+
+import importlib
 from tfmatcomp.interventions.ablation import (ActivationAblation, MeanAttentionAblation,
                                               UniformAttentionAblation)
 from tfmatcomp.interventions.base import (STAGES, Composition, HookFn, Intervention, compose,
@@ -55,3 +57,16 @@ __all__ = [
     "DuringTraining", "AttentionLogitScale", "RowColumnAttentionScale", "RowColumnAttentionPenalty",
     "Freeze", "Reinitialize",
 ]
+
+
+def __getattr__(name: str):
+    """A submodule on first use (``tm.interventions.<module>`` without importing it first), as when
+    ``import tfmatcomp`` imported everything."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -10,3 +10,18 @@
 * :mod:`~tfmatcomp.models.objectives`: what differs between model kinds in training (tokens,
   loss, metrics), one objective per kind, registered once.
 """
+
+import importlib
+
+
+def __getattr__(name: str):
+    """A submodule on first use (``tm.models.<module>`` without importing it first), as when
+    ``import tfmatcomp`` imported everything."""
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

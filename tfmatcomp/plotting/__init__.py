@@ -14,8 +14,9 @@ module                            figures
 :mod:`.sweeps`                    final L_mask and drop step against a swept value
 ================================  ==========================================================
 
-In a notebook, call :func:`notebook_mode` first (:mod:`.notebook`): figures then show in JupyterLab,
-VS Code and in static HTML (``jupyter nbconvert --to html``), offline.
+In a notebook, figures show in JupyterLab, VS Code and in static HTML (``jupyter nbconvert --to
+html``), offline, with no setup call: importing this package in a kernel switches plotly's default
+renderer (:mod:`.notebook`). :func:`attention_view` draws one matrix's attention, every head.
 
 Example:
     >>> import tfmatcomp.plotting as tp
@@ -33,7 +34,8 @@ from tfmatcomp.plotting.embeddings import (checkpoint_projection_figure, positio
                                            positional_pca_figure, token_norms_figure,
                                            token_pca_figure)
 from tfmatcomp.plotting.experiments import head_scan_heatmap, loss_bars_figure, patching_figure
-from tfmatcomp.plotting.notebook import notebook_mode
+from tfmatcomp.plotting.notebook import auto_mode as _auto_mode, notebook_mode
+from tfmatcomp.plotting.attention import attention_view
 from tfmatcomp.plotting.heads import (attention_grid_figure, head_score_evolution_figure,
                                       head_scores_figure, head_types_figure,
                                       structured_mask_pairs_figure)
@@ -49,5 +51,7 @@ __all__ = [
     "probe_table_figure", "model_vs_nuclear_norm_figure", "lambda_table_figure", "ood_figure",
     "pos_pca_figure", "gram_figure", "spectrum_figure", "qk_figure",
     "layer_measurements_figure", "label_similarity_figure", "rotated_wqk_figure", "theorem1_figure",
-    "theorem2_figure", "sweep_figure", "structured_mask_pairs_figure", "notebook_mode",
+    "theorem2_figure", "sweep_figure", "structured_mask_pairs_figure", "notebook_mode", "attention_view",
 ]
+
+_auto_mode()   # in a notebook kernel: figures that also show in exported HTML

@@ -109,8 +109,12 @@ def attention_grid_figure(
     grid_rows = n_l + (1 if extra else 0)
     if extra:
         titles += ["mask (observed = 1)"] + [""] * (n_h - 1)
+    height = panel_size * grid_rows + 80
+    # room for each row's panel titles (about 30 px), so they never sit on the row above
     fig = make_subplots(rows=grid_rows, cols=n_h, subplot_titles=titles,
-                        horizontal_spacing=0.02, vertical_spacing=0.06 / max(1, grid_rows / 4))
+                        horizontal_spacing=0.02,
+                        vertical_spacing=min(0.3, max(0.06 / max(1, grid_rows / 4),
+                                                      30 / height)))
     zmax = float(p.max()) if zmax is None else zmax
     for li in range(n_l):
         for h in range(n_h):
@@ -119,7 +123,7 @@ def attention_grid_figure(
         _add_mask(fig, observed, n_rows, n_cols, grid_rows, 1)
     fig.update_layout(coloraxis=dict(colorscale="Viridis", cmin=0, cmax=zmax),
                       title=title or "Mean attention maps (layer, head), 1-based as in the papers",
-                      height=panel_size * grid_rows + 80, width=panel_size * n_h + 160)
+                      height=height, width=panel_size * n_h + 160)
     return fig
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.report.render import render
 from tfmatcomp.report.run import load_context
 from tfmatcomp.report.sections import DEFAULT_SECTIONS, SECTIONS, Section
@@ -50,7 +50,7 @@ def build_report(
     seed: int = 0,
     sections: list[str] | None = None,
     device: torch.device | str | None = None,
-    progress: bool = True,
+    progress: bool | None = None,
 ) -> Report:
     """Compute every analysis on a run's pre- and post-shift checkpoints and write one HTML file.
 
@@ -65,7 +65,8 @@ def build_report(
         sections: keys of :data:`SECTIONS` to compute (default: :data:`DEFAULT_SECTIONS`, all
             but the opt-in ``llc``, which needs the ``llc`` extra and about 40 s per checkpoint).
         device: where to run the models (default: CPU).
-        progress: show a progress bar over sections.
+        progress: a bar over the sections that also advances inside each (None: on a terminal
+            or in a notebook, not in a pipe or under pytest; :mod:`tfmatcomp._progress`).
 
     Returns:
         A :class:`Report`; sections that raised are listed in ``report.failed`` and shown in the
@@ -81,6 +82,7 @@ def build_report(
         raise ValueError(f"pre_step, post_step: the pre-shift step ({pre_step:,}) must come "
                          f"before the post-shift step ({post_step:,})")
     check_seed("seed", seed)
+    check_progress(progress)
     if device is not None:
         check_device("device", device)
     if isinstance(sections, str) or (sections is not None and not hasattr(sections, "__iter__")):
@@ -99,7 +101,8 @@ def build_report(
     return Report(path=out, sections=done)
 
 
-def compute_sections(ctx, keys: list[str], progress: bool = False, table=SECTIONS) -> list[Section]:
+def compute_sections(ctx, keys: list[str], progress: bool | None = False, table=SECTIONS
+                     ) -> list[Section]:
     """Run the sections ``keys`` of ``table`` in order on ``ctx``, under ``torch.no_grad()``.
 
     Args:
@@ -107,7 +110,8 @@ def compute_sections(ctx, keys: list[str], progress: bool = False, table=SECTION
             :data:`~tfmatcomp.report.sections.SECTIONS`; the geometry report passes its own context
             and table).
         keys: keys of ``table``, in the order to compute them.
-        progress: show a progress bar.
+        progress: a bar over the sections; the experiments a section calls move it within the
+            section (:mod:`tfmatcomp._progress`).
         table: ``{key: (title, fn)}``; ``fn(ctx, section)`` fills the :class:`Section`.
 
     Returns:
@@ -121,18 +125,18 @@ def compute_sections(ctx, keys: list[str], progress: bool = False, table=SECTION
         [('A', [7], True), ('B', [], False)]
     """
     done: list[Section] = []
-    bar = tqdm(keys, desc="report", disable=not progress, dynamic_ncols=True)
-    for key in bar:
-        title, fn = table[key]
-        bar.set_postfix_str(key)
-        section = Section(key=key, title=title)
-        start = time.perf_counter()
-        try:
-            with torch.no_grad():
-                fn(ctx, section)
-        except Exception:  # a failed analysis must not hide the others; it is shown and reported
-            section.error = traceback.format_exc()
-            print(f"report: section {key!r} failed:\n{section.error}", file=sys.stderr)
-        section.seconds = time.perf_counter() - start
-        done.append(section)
+    with bar(len(keys), "report", progress, unit="section") as b:
+        for key in keys:
+            title, fn = table[key]
+            section = Section(key=key, title=title)
+            start = time.perf_counter()
+            with b.step(key):
+                try:
+                    with torch.no_grad():
+                        fn(ctx, section)
+                except Exception:  # a failed analysis must not hide the others; it is shown
+                    section.error = traceback.format_exc()
+                    print(f"report: section {key!r} failed:\n{section.error}", file=sys.stderr)
+            section.seconds = time.perf_counter() - start
+            done.append(section)
     return done

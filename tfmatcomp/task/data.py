@@ -114,6 +114,32 @@ class MatrixBatch:
         fill = self.tokenizer.encode(torch.tensor(float(value))).to(self.device)
         return torch.where(self.observed, self.tokens, fill)
 
+    def to_str_tokens(self, i: int = 0) -> list[str]:
+        """A label per position of matrix ``i``, in the model's reading order: its 0-based row
+        and column and the value the model sees there, ``"(row,col)=0.44"``, or
+        ``"(row,col)=MASK"`` where the entry is masked (TransformerLens's ``to_str_tokens`` for
+        matrices; :func:`tfmatcomp.plotting.attention_view` and circuitsvis label tokens with it).
+
+        Example:
+            >>> import torch
+            >>> from tfmatcomp import MatrixBatch
+            >>> b = MatrixBatch.from_values(torch.tensor([[0.44, -1.0, 0.0, 2.5]]),
+            ...                             torch.tensor([[True, False, True, True]]), 2, 2)
+            >>> b.to_str_tokens(0)
+            ['(0,0)=0.44', '(0,1)=MASK', '(1,0)=0', '(1,1)=2.5']
+        """
+        if isinstance(i, bool) or not isinstance(i, int) or not -self.batch_size <= i < self.batch_size:
+            raise ValueError(f"i: must be an integer matrix index in [0, {self.batch_size}), got {i!r}")
+        decimals = max(0, math.ceil(math.log10(self.tokenizer.scale)))
+        values = self.values[i].detach().cpu().tolist()
+        observed = self.observed[i].detach().cpu().tolist()
+        out = []
+        for k, (v, seen) in enumerate(zip(values, observed)):
+            r, c = divmod(k, self.n_cols)
+            shown = f"{round(v, decimals):.{decimals}f}".rstrip("0").rstrip(".") if seen else "MASK"
+            out.append(f"({r},{c})={'0' if shown in ('', '-0') else shown}")
+        return out
+
     def __getitem__(self, index: slice | Tensor) -> "MatrixBatch":
         """A sub-batch (e.g. ``batch[:8]``)."""
         return replace(self, tokens=self.tokens[index], values=self.values[index],

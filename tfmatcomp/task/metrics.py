@@ -51,19 +51,36 @@ def mse(
     return sq[where].mean() if where.any() else sq.new_tensor(float("nan"))
 
 
-def losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch) -> dict[str, Tensor]:
-    """``L``, ``L_obs``, ``L_mask`` against the rounded targets, and the mean ``|prediction|`` at
-    masked entries (0 means the model copies MASK as 0).
+def losses(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch, as_floats: bool = False
+           ) -> dict[str, Tensor] | dict[str, float]:
+    """``L``, ``L_obs``, ``L_mask`` against the rounded targets, and ``mean_abs_pred_mask``, the
+    mean ``|prediction|`` at masked entries (0 means the model copies MASK as 0).
 
-    The values are tensors that keep the predictions' graph, so ``losses(model(t), b)["L_mask"]
-    .backward()`` gives gradients for attribution; :func:`tfmatcomp.loss_values` returns
-    the same numbers as plain floats for tables."""
-    return {
+    Args:
+        predictions: ``[batch, n_rows * n_cols]`` predicted values.
+        batch: the batch they predict (moved to the predictions' device if it is elsewhere).
+        as_floats: False (default): 0-d tensors that keep the predictions' graph, so
+            ``losses(model(t), b)["L_mask"].backward()`` gives gradients for attribution. True:
+            the same four numbers as plain Python floats, for tables and printing.
+
+    Example:
+        >>> import torch
+        >>> from tfmatcomp import MatrixCompletionTask
+        >>> b = MatrixCompletionTask(n_rows=4, rank=1).sample(2, generator=torch.Generator().manual_seed(0))
+        >>> losses(b.values, b, as_floats=True)["L"]
+        0.0
+    """
+    if batch.values.device != predictions.device:
+        batch = batch.to(predictions.device)
+    out = {
         "L": mse(predictions, batch.values),
         "L_obs": mse(predictions, batch.values, batch.observed),
         "L_mask": mse(predictions, batch.values, batch.masked),
         "mean_abs_pred_mask": mean_abs_prediction(predictions, batch.masked),
     }
+    if as_floats:
+        return {k: float(v.detach()) for k, v in out.items()}
+    return out
 
 
 def L_mask_prime(predictions: Float[Tensor, "batch pos"], batch: MatrixBatch, m: float) -> Float[Tensor, ""]:

@@ -17,6 +17,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tfmatcomp._progress import check_progress, tracked
 from tfmatcomp.analyses.baselines.complete import Method, complete_nuclear_norm
 from tfmatcomp.analyses.baselines.solution import batch_losses, nuclear_norm
 from tfmatcomp.task.data import MatrixBatch, MatrixCompletionTask
@@ -104,6 +105,7 @@ def compare_with_model(
     seed: int = 0,
     lam: float | None = None,
     method: Method = "torch",
+    progress: bool | None = None,
     **solver_options: Any,
 ) -> pd.DataFrame:
     """Model vs nuclear-norm minimization across ``p_mask`` (the workshop paper Fig. 5, the NeurIPS paper Fig. 3).
@@ -120,6 +122,7 @@ def compare_with_model(
         n_samples: matrices per ``p_mask``.
         lam: None compares with Eq. 1 (the papers' figure), a number with Eq. 2.
         method: nuclear-norm solver (``"torch"`` or ``"cvxpy"``).
+        progress: a bar over ``p_masks`` (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         One row per (p_mask, method) with columns ``p_mask, method ("model" or "nuclear_norm"),
@@ -136,9 +139,10 @@ def compare_with_model(
     """
     base = resolve_task(task) if task is not None else MatrixCompletionTask(n_rows=7, rank=2)
     check_positive_int("n_samples", n_samples)
+    check_progress(progress)
     gen = torch.Generator().manual_seed(seed)   # one generator: the batches are drawn in order
     rows = []
-    for p in p_masks:
+    for p in tracked(list(p_masks), "model vs nuclear norm", progress):
         t = MatrixCompletionTask(n_rows=base.n_rows, n_cols=base.n_cols, rank=base.rank,
                                  p_mask=float(p), distribution=base.distribution,
                                  tokenizer=base.tokenizer)
@@ -163,6 +167,7 @@ def lambda_table(
     method: Method = "torch",
     model=None,
     include_constrained: bool = False,
+    progress: bool | None = None,
     **solver_options: Any,
 ) -> pd.DataFrame:
     """The regularized nuclear-norm table of the workshop paper, Appendix D: ``L_obs, L_mask, L`` per lambda.
@@ -176,6 +181,7 @@ def lambda_table(
         model: optionally a trained model, evaluated on the same batch (a row with method "model").
         include_constrained: also add the constrained problem (a row with ``lam`` NaN).
         method, solver_options: the solver (see :func:`complete_nuclear_norm`).
+        progress: a bar over the lambdas (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         Columns ``method, lam, L_obs, L_mask, L, mean_abs_pred_mask, n_failed, nuclear_norm,
@@ -188,11 +194,12 @@ def lambda_table(
         [0.001, 0.005]
     """
     base = resolve_task(task) if task is not None else MatrixCompletionTask(n_rows=7, rank=2, p_mask=0.3)
+    check_progress(progress)
     batch = sample_batch(base, n_samples, seed=seed)
     rows = []
     nan = float("nan")
     todo: list[float | None] = [float(lam) for lam in lams] + ([None] if include_constrained else [])
-    for lam in todo:
+    for lam in tracked(todo, "nuclear norm per lambda", progress):
         sol = complete_nuclear_norm(batch, lam, method=method, **solver_options)
         row = comparison_row("nuclear_norm", sol.predictions, batch, sol.converged,
                              lam=nan if lam is None else lam)

@@ -29,6 +29,7 @@ def complete_nuclear_norm(
     lam: float | None = None,
     *,
     method: Method = "torch",
+    progress: bool | None = None,
     **options: Any,
 ) -> NuclearNormSolution:
     """Complete every matrix of ``batch`` by nuclear-norm minimization.
@@ -38,6 +39,8 @@ def complete_nuclear_norm(
         lam: None for the constrained problem (Eq. 1), else the weight of Eq. 2.
         method: ``"torch"`` (batched, :func:`solve_nuclear_norm_torch`) or ``"cvxpy"``
             (:func:`solve_nuclear_norm_cvxpy`).
+        progress: a bar over the matrices for ``"cvxpy"``, which solves one at a time (None:
+            when watched; :mod:`tfmatcomp._progress`); the batched ``"torch"`` solver has none.
         options: passed to the solver function (``solver="SCS"``, ``tol=1e-6``, ...).
 
     Example:
@@ -55,5 +58,5 @@ def complete_nuclear_norm(
                                         lam, **options)
     if method == "cvxpy":
         return solve_nuclear_norm_cvxpy(batch.values, batch.observed, batch.n_rows, batch.n_cols,
-                                        lam, **options)
+                                        lam, progress=progress, **options)
     raise ValueError(f"method: must be 'torch' or 'cvxpy', got {method!r}")

@@ -71,6 +71,7 @@ def solve_nuclear_norm_cvxpy(
     solver: str = "CLARABEL",
     reuse: bool = True,
     accept_inaccurate: bool = False,
+    progress: bool | None = None,
     **solver_options: Any,
 ) -> NuclearNormSolution:
     """Solve each matrix's nuclear-norm problem with cvxpy, one matrix at a time.
@@ -81,6 +82,7 @@ def solve_nuclear_norm_cvxpy(
         reuse: compile one parametrized (DPP) problem and re-solve it for each matrix (faster);
             False builds a fresh problem per matrix, as the papers' code does.
         accept_inaccurate: count cvxpy's ``"optimal_inaccurate"`` as success.
+        progress: a bar over the matrices (None: when watched; :mod:`tfmatcomp._progress`).
         solver_options: passed to ``problem.solve`` (e.g. ``eps=1e-6`` for SCS).
 
     A matrix whose solve raises or ends with another status keeps NaN entries and its status
@@ -96,7 +98,10 @@ def solve_nuclear_norm_cvxpy(
     import cvxpy as cp
     import numpy as np
 
+    from tfmatcomp._progress import check_progress, tracked
+
     check_problem(values, observed, n_rows, n_cols, lam)
+    check_progress(progress)
     installed = cp.installed_solvers()
     if solver not in installed:
         raise ValueError(f"solver: {solver!r} is not an installed cvxpy solver; installed: {installed}")
@@ -107,7 +112,7 @@ def solve_nuclear_norm_cvxpy(
     out = np.full((B, n_rows, n_cols), np.nan)
     status: list[str] = []
     cached = _cvxpy_problem(n_rows, n_cols, lam is not None) if reuse else None
-    for i in range(B):
+    for i in tracked(range(B), "cvxpy nuclear norm", progress, unit="matrix"):
         A, M = A_all[i] * M_all[i], M_all[i]
         try:
             if cached is not None:

@@ -16,7 +16,7 @@ A *measure* is one of:
   measure is ``name.column[key=value,...]`` (``name.column`` for a one-row table);
 * an :class:`~tfmatcomp.interventions.Intervention`: the ``L_mask`` of the model with the
   intervention applied (:func:`tfmatcomp.datapath.predict`, then
-  :func:`~tfmatcomp.datapath.loss_values`).
+  :func:`tfmatcomp.losses`).
 
 Example:
     >>> from tfmatcomp.analyses.dynamics import over_checkpoints
@@ -38,8 +38,10 @@ from typing import Any, Union
 import pandas as pd
 import torch
 
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp import pretrained
-from tfmatcomp.datapath import loss_values, predict, sample_batch
+from tfmatcomp.datapath import predict, sample_batch
+from tfmatcomp.task.metrics import losses
 from tfmatcomp.interventions import Intervention
 from tfmatcomp.runs.checkpoint import load_checkpoint_info
 from tfmatcomp.runs.layout import GROUP_FILE, RUN_FILE, SEED_DIR, list_checkpoints, seed_dir
@@ -144,7 +146,7 @@ def _table_rows(name: str, table: pd.DataFrame) -> list[tuple[str, float]]:
 def _measure(name: str, f: MeasureLike, model, batch, task, n_samples: int, seed: int,
              batch_size: int) -> list[tuple[str, float]]:
     if isinstance(f, Intervention):
-        return [(name, loss_values(predict(model, batch, f, batch_size), batch)["L_mask"])]
+        return [(name, losses(predict(model, batch, f, batch_size), batch, as_floats=True)["L_mask"])]
     if _is_experiment(f):
         value = f(model, task, n_samples=n_samples, seed=seed, batch_size=batch_size)
     else:
@@ -165,6 +167,7 @@ def over_checkpoints(
     steps: Sequence[int] | None = None,
     batch_size: int = 256,
     device: torch.device | str | None = None,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Apply ``measures`` at every checkpoint of a run, or of every seed of a multi-seed group.
 
@@ -185,6 +188,7 @@ def over_checkpoints(
         batch_size: matrices per forward pass (for interventions and experiments; a function
             measure chunks as it likes).
         device: where the models and the batch go (default: CPU).
+        progress: a bar over the checkpoints (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         A DataFrame with the columns ``seed`` (the run's training seed), ``step``, ``measure``,
@@ -201,6 +205,7 @@ def over_checkpoints(
         ['copying.L_mask_prime', 'copying.L_obs']
     """
     named = _check_measures(measures)
+    check_progress(progress)
     check_positive_int("n_samples", n_samples)
     check_positive_int("batch_size", batch_size)
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -213,6 +218,7 @@ def over_checkpoints(
             raise ValueError(f"steps: expected a non-empty list of integer steps, got {steps!r}")
         wanted = sorted(set(steps))
     rows: list[tuple[int, int, str, float]] = []
+    chosen = {}
     for run_seed, run_dir in runs.items():
         checkpoints = list_checkpoints(run_dir)
         if wanted is not None:
@@ -221,19 +227,29 @@ def over_checkpoints(
                 raise ValueError(f"steps: {missing} are not checkpoints of {run_dir}; its steps "
                                  f"are {list(checkpoints)}")
             checkpoints = {s: checkpoints[s] for s in wanted}
-        batch = task = None
-        for step, path in checkpoints.items():
-            model, info = load_checkpoint_info(path, device=device)
-            if batch is None:
-                if info.task_cfg is None:
-                    raise ValueError(f"run: checkpoint {path} records no task")
-                task = info.task_cfg.build()
-                batch = sample_batch(task, n_samples, seed=seed, device=model.device)
-            for name, f in named.items():
-                for measure, value in _measure(name, f, model, batch, task, n_samples, seed,
-                                               batch_size):
-                    rows.append((run_seed, int(info.step if info.step is not None else step),
-                                 measure, value))
+        chosen[run_seed] = checkpoints
+    with bar(sum(map(len, chosen.values())), "over checkpoints", progress, unit="checkpoint") as b:
+        for run_seed, checkpoints in chosen.items():
+            _checkpoint_rows(rows, run_seed, checkpoints, named, n_samples, seed, batch_size,
+                             device, b)
     df = pd.DataFrame(rows, columns=list(COLUMNS))
     df["value"] = df["value"].astype(float)
     return df.sort_values(["seed", "step", "measure"], kind="stable").reset_index(drop=True)
+
+
+def _checkpoint_rows(rows, run_seed, checkpoints, named, n_samples, seed, batch_size, device, b):
+    """Append the rows of one run's ``checkpoints`` to ``rows``, one bar step per checkpoint."""
+    batch = task = None
+    for step, path in checkpoints.items():
+        model, info = load_checkpoint_info(path, device=device)
+        if batch is None:
+            if info.task_cfg is None:
+                raise ValueError(f"run: checkpoint {path} records no task")
+            task = info.task_cfg.build()
+            batch = sample_batch(task, n_samples, seed=seed, device=model.device)
+        for name, f in named.items():
+            for measure, value in _measure(name, f, model, batch, task, n_samples, seed,
+                                           batch_size):
+                rows.append((run_seed, int(info.step if info.step is not None else step),
+                             measure, value))
+        b.update()

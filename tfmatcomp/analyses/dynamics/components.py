@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from tfmatcomp._progress import wanted
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.interventions.during_training import Freeze, Reinitialize
@@ -97,7 +98,7 @@ def train_component(
     preset: str = "tiny",
     out_dir: str | os.PathLike | None = None,
     device: torch.device | str | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     **train_overrides: Any,
 ):
     """Re-initialize ``group`` of a trained model, freeze the rest, and train the group.
@@ -147,7 +148,7 @@ def train_component(
     if "all" in groups:
         interventions.pop()  # nothing is frozen: normal training from a fresh model
     return train(preset, model=copy.deepcopy(model), task_cfg=task_cfg, train_cfg=train_cfg,
-                 out_dir=out_dir, device=device, progress=progress, interventions=interventions,
+                 out_dir=out_dir, device=device, progress=wanted(progress), interventions=interventions,
                  **train_overrides)
 
 
@@ -158,6 +159,7 @@ def component_training(
     include_all: bool = True,
     reinit_seed: int = 0,
     out_dir: str | os.PathLike | None = None,
+    progress: bool | None = None,
     **options: Any,
 ) -> pd.DataFrame:
     """The NeurIPS paper Fig. 8: train each group alone (others frozen at their trained values).
@@ -169,6 +171,7 @@ def component_training(
     Args:
         source, options: as :func:`train_component` (``n_steps=``, ``log_every=``, ...).
         out_dir: if given, each run logs to ``out_dir/<group>/``.
+        progress: each run's training bar (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         The concatenated metrics logs with a ``component`` column.
@@ -188,7 +191,7 @@ def component_training(
     for g in names:
         run_dir = Path(out_dir) / g if out_dir is not None else None
         res = train_component(model, g, reinit_seed=reinit_seed, task_cfg=task_cfg,
-                              train_cfg=train_cfg, out_dir=run_dir, **options)
+                              train_cfg=train_cfg, out_dir=run_dir, progress=progress, **options)
         df = res.metrics.copy()
         df.insert(0, "component", g)
         frames.append(df)

@@ -332,6 +332,10 @@ def summarize_drops(metrics: pd.DataFrame, columns: Sequence[str] = ("eval_L_mas
                     by: str | None = None, **options: Any) -> pd.DataFrame:
     """:func:`detect_drop` for several columns (and groups, e.g. ``by="component"``), one row each.
 
+    Steps (``drop_step``, ``drop_start``, ``drop_end``, ``drop_width``) are rounded to whole
+    training steps (pandas ``Int64``, missing where no drop was found); :func:`detect_drop`
+    keeps the interpolated values.
+
     Example:
         >>> import numpy as np, pandas as pd
         >>> t = np.arange(0, 5000, 10.0)
@@ -346,4 +350,8 @@ def summarize_drops(metrics: pd.DataFrame, columns: Sequence[str] = ("eval_L_mas
             row = {} if by is None else {by: key}
             row.update(detect_drop(df, column=c, **options).as_dict())
             rows.append(row)
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    for c in ("drop_step", "drop_start", "drop_end", "drop_width"):
+        if c in df:
+            df[c] = pd.to_numeric(df[c], errors="coerce").round().astype("Int64")
+    return df

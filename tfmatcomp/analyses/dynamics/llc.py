@@ -81,6 +81,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from tfmatcomp._progress import bar, check_progress
 from tfmatcomp.datapath import TaskLike, sample_batch
 from tfmatcomp.models.encoder import HookedEncoder
 from tfmatcomp.models.objectives import model_kind
@@ -325,7 +326,7 @@ def _pool_loss(model: HookedEncoder, pool: MatrixBatch, chunk: int) -> float:
 
 def _run_chain(model: HookedEncoder, sampled: Mapping[str, Tensor], masks: Mapping[str, Tensor],
                w_star: Mapping[str, Tensor], pool: MatrixBatch, settings: LLCSettings,
-               nbeta: float, seed: int, chain: int) -> Float[Tensor, "step"]:
+               nbeta: float, seed: int, chain: int, bar=None) -> Float[Tensor, "step"]:
     """One SGLD chain from ``w*``: the minibatch loss at every step (before that step's update)."""
     sgmcmc = _sgmcmc()
     device = model.device
@@ -348,6 +349,8 @@ def _run_chain(model: HookedEncoder, sampled: Mapping[str, Tensor], masks: Mappi
             loss.backward()
             losses[step] = loss.detach()
             optimizer.step(noise_generator=noise_gen)
+            if bar is not None:
+                bar.update()
     return losses.cpu()
 
 
@@ -358,6 +361,7 @@ def llc(
     groups: str | Sequence[str] | None = None,
     settings: LLCSettings = LLCSettings(),
     seed: int = 0,
+    progress: bool | None = None,
 ) -> LLCResult:
     """The LLC estimate of ``model`` at its current weights (SGLD, module docstring).
 
@@ -371,6 +375,8 @@ def llc(
             list is their union); None: every weight (``"all"``).
         settings: how to sample (:class:`LLCSettings`).
         seed: seeds the chains' minibatches and noise, and the pool when it is drawn here.
+        progress: a bar over the SGLD steps of all chains (None: when watched;
+            :mod:`tfmatcomp._progress`).
 
     Returns:
         An :class:`LLCResult`.
@@ -394,6 +400,7 @@ def llc(
     settings = _check_settings(settings)
     names = _check_groups(groups)
     check_seed("seed", seed)
+    check_progress(progress)
     _sgmcmc()   # fail before any work when devinterp is missing
     pool = _pool(model, data, settings.n_matrices, seed)
     nbeta = settings.effective_nbeta
@@ -417,8 +424,9 @@ def llc(
                    for n, p in sampled.items())
 
     init_loss = _pool_loss(work, pool, settings.batch_size)
-    trace = torch.stack([_run_chain(work, sampled, masks, w_star, pool, settings, nbeta, seed, c)
-                         for c in range(settings.n_chains)]).double()
+    with bar(settings.n_chains * settings.n_steps, "llc", progress, unit="SGLD step") as b:
+        trace = torch.stack([_run_chain(work, sampled, masks, w_star, pool, settings, nbeta, seed,
+                                        c, b) for c in range(settings.n_chains)]).double()
     draws = trace[:, settings.n_burnin:]
     per_chain = nbeta * (draws.mean(1) - init_loss)
     llc_mean = float(per_chain.mean())

@@ -9,7 +9,7 @@ follow the library's layer conventions (below).
 ==================================  ===========================================================
 measure                             definition
 ==================================  ===========================================================
-:func:`L_mask`                      the masked-entry MSE (:func:`tfmatcomp.datapath.loss_values`)
+:func:`L_mask`                      the masked-entry MSE (:func:`tfmatcomp.losses`)
 :func:`row_column_attention_mass`   per block ``l`` (0-based, as the head tables' ``layer``):
                                     the attention mass from a masked query onto the *observed*
                                     keys in its own row or its own column, averaged over heads
@@ -55,7 +55,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from tfmatcomp.datapath import loss_values, run_chunked
+from tfmatcomp.datapath import run_chunked
 from tfmatcomp.decomposition import decompose
 from tfmatcomp.geometry import screenot
 from tfmatcomp.models.encoder import HookedEncoder
@@ -63,7 +63,7 @@ from tfmatcomp.models.objectives import model_kind
 from tfmatcomp.models.hook_names import pattern_hook_names, residual_stream_names
 from tfmatcomp.task.data import MatrixBatch
 from tfmatcomp.task.masks import row_column_mass
-from tfmatcomp.task.metrics import L_mask_prime
+from tfmatcomp.task.metrics import L_mask_prime, losses
 
 __all__ = [
     "L_mask", "row_column_attention_mass", "representation_collapse", "copying",
@@ -109,7 +109,7 @@ def masked_pair_cosine(
 
 # ---------------------------------------------------------------- measures of a model
 def L_mask(model: HookedEncoder, batch: MatrixBatch, *, batch_size: int = 256) -> float:
-    """``L_mask`` of ``model`` on ``batch`` (the data path's :func:`~tfmatcomp.datapath.loss_values`).
+    """``L_mask`` of ``model`` on ``batch`` (:func:`tfmatcomp.losses`).
 
     Example:
         >>> import tfmatcomp as tm
@@ -119,7 +119,7 @@ def L_mask(model: HookedEncoder, batch: MatrixBatch, *, batch_size: int = 256) -
     """
     _check_batch(batch)
     preds, _ = run_chunked(model, batch, batch_size=batch_size)
-    return loss_values(preds, batch)["L_mask"]
+    return losses(preds, batch, as_floats=True)["L_mask"]
 
 
 def _cache(model: HookedEncoder, batch: MatrixBatch, names: list[str],
@@ -190,7 +190,7 @@ def copying(model: HookedEncoder, batch: MatrixBatch, *, batch_size: int = 256) 
     preds, _ = run_chunked(model, batch, batch_size=batch_size)
     batch = batch.to(preds.device)
     return {"L_mask_prime": float(L_mask_prime(preds, batch, 0.0)),
-            "L_obs": loss_values(preds, batch)["L_obs"]}
+            "L_obs": losses(preds, batch, as_floats=True)["L_obs"]}
 
 
 def positional_rank(model: HookedEncoder, batch: MatrixBatch, *,

@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from tfmatcomp._progress import bar, check_progress, tracked
 from tfmatcomp.datapath import iter_chunks, load_checkpoints, sample_batch
 from tfmatcomp.analyses.heads.classify import HeadThresholds, classify_heads
 from tfmatcomp.analyses.heads.scores import HeadScoreAccumulator
@@ -34,11 +35,19 @@ __all__ = ["attention_patterns", "mean_attention_patterns", "HeadAnalysis", "ana
            "head_score_evolution"]
 
 
-def _pattern_chunks(model, inputs, layers, batch_size):
-    """(chunk, patterns [chunk, layer, head, q, k]) over ``inputs`` (tokens or a batch)."""
+def _pattern_chunks(model, inputs, layers, batch_size, b=None):
+    """(chunk, patterns [chunk, layer, head, q, k]) over ``inputs`` (tokens or a batch); each
+    chunk moves the bar ``b`` (if given) one step."""
     names = pattern_hook_names(model, layers)
     for chunk in iter_chunks(model, inputs, batch_size=batch_size, names=names, return_predictions=False):
         yield chunk, torch.stack([chunk.cache[n] for n in names], dim=1)
+        if b is not None:
+            b.update()
+
+
+def _n_chunks(inputs, batch_size: int) -> int:
+    n = inputs.batch_size if hasattr(inputs, "batch_size") else inputs.shape[0]
+    return -(-int(n) // int(batch_size))
 
 
 def attention_patterns(model, tokens: Tensor, layers: Sequence[int] | None = None
@@ -57,8 +66,11 @@ def attention_patterns(model, tokens: Tensor, layers: Sequence[int] | None = Non
 
 
 def mean_attention_patterns(model, tokens: Tensor, layers: Sequence[int] | None = None,
-                            batch_size: int = 64) -> Float[Tensor, "layer head query key"]:
+                            batch_size: int = 64, progress: bool | None = None
+                            ) -> Float[Tensor, "layer head query key"]:
     """Attention probabilities averaged over the samples of ``tokens`` (the papers' maps).
+
+    ``progress``: a bar over the forward passes (None: when watched; :mod:`tfmatcomp._progress`).
 
     Example:
         >>> import torch
@@ -68,10 +80,12 @@ def mean_attention_patterns(model, tokens: Tensor, layers: Sequence[int] | None 
         >>> p.shape, bool(torch.allclose(p.sum(-1), torch.ones(2, 2, 4)))
         (torch.Size([2, 2, 4, 4]), True)
     """
+    check_progress(progress)
     total = None
-    for _, patterns in _pattern_chunks(model, tokens, layers, batch_size):
-        p = patterns.to(torch.float64).sum(0)
-        total = p if total is None else total + p
+    with bar(_n_chunks(tokens, batch_size), "attention patterns", progress, unit="batch") as b:
+        for _, patterns in _pattern_chunks(model, tokens, layers, batch_size, b):
+            p = patterns.to(torch.float64).sum(0)
+            total = p if total is None else total + p
     return (total / tokens.shape[0]).to(model.dtype)
 
 
@@ -108,6 +122,7 @@ def analyse_heads(
     batch_size: int = 64,
     masked_row_fraction: float = 0.5,
     thresholds: HeadThresholds | None = None,
+    progress: bool | None = None,
 ) -> HeadAnalysis:
     """Mean attention maps and classified head scores of ``model`` on samples of ``task``.
 
@@ -125,6 +140,7 @@ def analyse_heads(
         batch_size: matrices per forward pass.
         masked_row_fraction, thresholds: see :func:`~tfmatcomp.analyses.heads.head_scores` /
             :func:`~tfmatcomp.analyses.heads.classify_heads`.
+        progress: a bar over the forward passes (None: when watched; :mod:`tfmatcomp._progress`).
 
     Example:
         >>> import torch
@@ -136,14 +152,16 @@ def analyse_heads(
         >>> len(res.table), res.table["type"].iloc[0]
         (2, 'uniform')
     """
+    check_progress(progress)
     if batch is None:
         batch = sample_batch(task, n_samples, generator=generator, observed=observed)
     if batch.n_rows * batch.n_cols > model.cfg.n_ctx:
         raise ValueError(f"task: {batch.n_rows}x{batch.n_cols} matrices need "
                          f"{batch.n_rows * batch.n_cols} positions, the model has n_ctx {model.cfg.n_ctx}")
     acc = HeadScoreAccumulator(batch.n_rows, batch.n_cols, masked_row_fraction)
-    for chunk, patterns in _pattern_chunks(model, batch, layers, batch_size):
-        acc.update(patterns, chunk.inputs.observed)
+    with bar(_n_chunks(batch, batch_size), "head scores", progress, unit="batch") as b:
+        for chunk, patterns in _pattern_chunks(model, batch, layers, batch_size, b):
+            acc.update(patterns, chunk.inputs.observed)
     th = thresholds or HeadThresholds()
     scores = acc.scores()
     if layers is not None:
@@ -169,6 +187,7 @@ def head_score_evolution(
     batch_size: int = 64,
     masked_row_fraction: float = 0.5,
     thresholds: HeadThresholds | None = None,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Head scores and types of every checkpoint, on the same samples (seeded by ``seed``).
 
@@ -176,6 +195,7 @@ def head_score_evolution(
         checkpoints: ``{step: HookedEncoder | path}``, a list of checkpoint paths or a run
             directory (see :func:`tfmatcomp.datapath.load_checkpoints`).
         task, n_samples, observed: the samples (random masks, or one structured mask).
+        progress: a bar over the checkpoints (None: when watched; :mod:`tfmatcomp._progress`).
 
     Returns:
         The :func:`~tfmatcomp.analyses.heads.classify_heads` table of each checkpoint with a leading
@@ -189,10 +209,12 @@ def head_score_evolution(
         >>> ev[["step", "paper_label"]].values.tolist()
         [[0, '(1,1)'], [0, '(1,2)'], [10, '(1,1)'], [10, '(1,2)']]
     """
+    check_progress(progress)
     models = load_checkpoints(checkpoints)
     batch = sample_batch(task, n_samples, seed=seed, observed=observed)
     frames = []
-    for step, model in models.items():
+    for step, model in tracked(models.items(), "head scores over checkpoints", progress,
+                               total=len(models), unit="checkpoint"):
         res = analyse_heads(model, task, batch=batch, batch_size=batch_size,
                             masked_row_fraction=masked_row_fraction, thresholds=thresholds)
         df = res.table.copy()

@@ -28,6 +28,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from tfmatcomp._progress import check_progress, tracked
 from tfmatcomp.analyses.heads.analysis import analyse_heads
 from tfmatcomp.analyses.heads.classify import HEAD_TYPES
 from tfmatcomp.datapath import ModelsLike, TaskLike, resolve_models, sample_batch
@@ -107,6 +108,7 @@ def label_group_ablation(
     n_samples: int = 256,
     seed: int = 0,
     batch_size: int = 256,
+    progress: bool | None = None,
 ) -> pd.DataFrame:
     """Label each model's heads and ablate its two label groups, each together.
 
@@ -118,7 +120,7 @@ def label_group_ablation(
     :func:`~tfmatcomp.experiments.head_group_ablation` for the post-shift groups in both).
 
     Args:
-        models, task, n_samples, seed, batch_size: the experiments' common arguments
+        models, task, n_samples, seed, batch_size, progress: the experiments' common arguments
             (:mod:`tfmatcomp.experiments`).
         interpretable: see :func:`label_head_groups`.
         variant: ``"uniform"`` (the papers' 1/n^2) or ``"mean"``.
@@ -143,9 +145,11 @@ def label_group_ablation(
     if variant not in ("uniform", "mean"):
         raise ValueError(f"variant: must be 'uniform' (the papers' 1/n^2) or 'mean' (batch mean, the "
                          f"papers' code), got {variant!r}")
+    check_progress(progress)
     named, task = resolve_models(models, task)
     tables = []
-    for label, model in named.items():
+    for label, model in tracked(named.items(), "label-group ablation", progress, total=len(named),
+                                unit="model"):
         batch = sample_batch(task, n_samples, seed, model.device)  # head_group_ablation's batch
         own = analyse_heads(model, None, batch=batch).table
         types = {(int(l), int(h)): str(t) for l, h, t in zip(own["layer"], own["head"], own["type"])}
@@ -154,7 +158,9 @@ def label_group_ablation(
         df.insert(4, "head_types", ["; ".join(f"{paper_label(p)} {types[p]}" for p in heads)
                                     for heads in df["heads"]])
         tables.append(df)
+    records = [t.attrs["interventions"][i] for t in tables for i in t.index]
     out = pd.concat(tables, ignore_index=True)
     out.attrs.update(tables[0].attrs, groups="labels", interpretable=kinds,
                      labels="analyse_heads on the ablation's batch (random masks)")
+    out.attrs["interventions"] = dict(zip(out.index.tolist(), records))
     return out

@@ -20,11 +20,11 @@ def _decomposition(ctx: RunContext, s: Section) -> None:
     batches = [sample_batch(t, 256, generator=gen, device=ctx.post.device).tokens
                for _ in range(max(1, (8 * ctx.n_samples) // 256))]
     for label, model in ctx.models.items():
-        table = model_summary_table(model, batches, progress=False)
+        table = model_summary_table(model, batches)   # progress None: moves the report's bar
         table.insert(0, "model", label)
         s.items.append(table)
     names = residual_stream_names(ctx.post)
-    acc = accumulate(ctx.post, batches, names, progress=False)
+    acc = accumulate(ctx.post, batches, names)
     results = acc.results()
     residuals = residual_pass(ctx.post, acc, batches[0][:64], names)
     shares = pd.DataFrame([{"residual stream": name, **dataclasses.asdict(row_column_r2(

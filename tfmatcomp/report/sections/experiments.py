@@ -163,8 +163,7 @@ def _head_scan(ctx: RunContext, s: Section) -> None:
         scan = head_ablation_scan(model, ctx.task, n_samples=ctx.n_samples, seed=ctx.seed)
         s.items.append(head_scan_heatmap(scan, title=f"{label}: change in L_mask when one head is "
                                                      "ablated (layers x heads, 1-based labels)"))
-    # the cells' interventions (the same for both models), written out by the table renderer
-    s.items.append(pd.DataFrame([{"layer": l, "head": h, "intervention": text}
-                                 for (l, h), text in scan.attrs["interventions"].items()]))
     s.text = ("Every head ablated alone; the cell is the change in L_mask. Before the shift no head "
-              "matters; after it a few heads carry the completion.")
+              "matters; after it a few heads carry the completion. Each cell ran "
+              "UniformAttentionAblation([(layer, head)]) (0-based); head_ablation_scan(...)"
+              ".attrs['interventions'] holds each cell's JSON.")

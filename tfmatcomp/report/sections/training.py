@@ -36,7 +36,7 @@ def _training_text(ctx: RunContext) -> str:
         ours = (f"No sudden drop was detected in this run: {d.reason.removeprefix('no drop: ')}. "
                 f"L_mask went from {num(d.plateau_level)} to {num(d.final_level)}. The model may "
                 "still be on its plateau (the plateau's length varies from seed to seed): train it "
-                f"longer (tfmatcomp train --out {ctx.run_dir} --resume --steps N with a larger N), "
+                f"longer (tfmatcomp train --run-dir {ctx.run_dir} --resume --steps N with a larger N), "
                 "or train several seeds at once (tfmatcomp train --seeds 0-7, or tfmatcomp demo) "
                 "and report on one that dropped. The pre- and post-shift comparisons below are "
                 "then two points of the same phase and do not show the shift.")
