@@ -122,6 +122,11 @@ class Objective:
             raise ValueError(f"task_cfg: {task.n_rows}x{task.n_cols} matrices need "
                              f"{needed} positions but model_cfg.n_ctx is {model_cfg.n_ctx}")
 
+    def generator_device(self, device: torch.device) -> torch.device:
+        """Where the run's training and evaluation streams draw (the run's device: the matrix
+        task samples there)."""
+        return device
+
     def make_optimizer(self, model: Any, lr: float, task: Any,
                        fused: bool = False) -> torch.optim.Optimizer:
         """The run's optimizer: Adam at the constant rate ``lr`` (fused for the fast step)."""
@@ -309,6 +314,11 @@ class LanguageModelObjective(DecoderObjective):
 
     def evaluation_metrics(self, model: Any, batch: Any) -> dict[str, float]:
         return {}
+
+    def generator_device(self, device: torch.device) -> torch.device:
+        """The CPU: a text sampler draws there (its token stream is on the CPU); the objective
+        moves each batch to the model."""
+        return torch.device("cpu")
 
     def make_optimizer(self, model: Any, lr: float, task: Any,
                        fused: bool = False) -> torch.optim.Optimizer:

@@ -232,7 +232,7 @@ class TextTask:
 
     Attributes:
         sampler: the training batches (:data:`Sampler`, e.g. :func:`text_sampler`); it is called
-            with the run's training generator (on the run's device).
+            with the run's training generator, a CPU one (the batch then moves to the model).
         n_steps: the length of the learning-rate schedule (the run's ``n_steps``).
         tokenizer: recorded in the checkpoints' metadata (``tfmatcomp geometry`` reads it back).
         eval_sampler: the evaluation batches (default: ``sampler``), ``eval_batches`` of them

@@ -200,7 +200,8 @@ class Trainer:
         self._fast_training_step: FastTrainerStep | None = None
         optimizer = self.objective.make_optimizer(model, self.train_cfg.lr, self.task, self.fast)
         #: the run's state: model, optimizer, generators, step, clock
-        self.state = RunState.fresh(model, optimizer, seed, self.device)
+        self.state = RunState.fresh(model, optimizer, seed,
+                                    self.objective.generator_device(self.device))
         #: the objective's fixed evaluation batches, drawn now from the evaluation stream (None:
         #: a fresh batch at every evaluation)
         self.evaluation = self.objective.evaluation_batches(
