@@ -10,17 +10,18 @@ document, so the context basis has cluster labels too.
   (:meth:`CharTokenizer.to_dict`, :func:`tokenizer_from_metadata`), so that ``tfmatcomp geometry``
   can read a trained checkpoint back with its tokenizer;
 * :func:`encode_documents`, :func:`text_sampler`: the token stream and seeded random windows of it;
-* :func:`train_lm`: AdamW + linear warm-up + cosine decay on a :class:`~tfmatcomp.HookedDecoder`,
-  every random draw from explicit generators, and checkpoints written with
-  :func:`~tfmatcomp.save_checkpoint` (safetensors + JSON) into the trainers' run-directory layout
-  (``RUN_DIR/checkpoints/step_XXXXXXX/``, ``RUN_DIR/metrics.jsonl``).
-
-:func:`train_lm` runs the trainers' one loop (:func:`tfmatcomp.training.loop.run_loop`): its
-:class:`LMStep` is the update (AdamW on next-token cross-entropy, the learning-rate schedule,
-gradient clipping), its :class:`LMRun` the run it writes, so the schedule of logs and checkpoints,
-the run directory's lock and rules (:mod:`tfmatcomp.runs.rundir`) and the divergence check
-(:class:`FloatingPointError`) are those of :func:`tfmatcomp.train`. Its metrics log is read by
-:func:`tfmatcomp.read_metrics`.
+* :class:`TextTask`: the task of a language-model run (its batches, its evaluation batches, the
+  recipe: warm-up and cosine decay, weight decay, gradient clipping; the tokenizer). It names the
+  ``"lm"`` model kind, whose objective (:class:`~tfmatcomp.models.objectives.LanguageModelObjective`)
+  holds the loss, the optimizer (AdamW), the schedule's application and the logged metrics;
+* :func:`train_lm`: nanoGPT's recipe in one call. It is :func:`tfmatcomp.train` with
+  ``model_cfg=``, ``task_cfg=TextTask(...)`` and a :class:`~tfmatcomp.TrainConfig`: the same
+  :class:`~tfmatcomp.training.plan.RunSetup` keywords, the same host (:class:`~tfmatcomp.Trainer`)
+  and loop, so the run directory's lock and rules (:mod:`tfmatcomp.runs.rundir`), the checkpoints
+  (``RUN_DIR/checkpoints/step_XXXXXXX/``, with the tokenizer and the recipe in their metadata), the
+  metrics log (``RUN_DIR/metrics.jsonl``, read by :func:`tfmatcomp.read_metrics`), resume and the
+  divergence check are the trainers'. A language-model run writes no ``run.json`` (its task is not
+  a :class:`~tfmatcomp.TaskConfig`; the checkpoints record it).
 
 Example:
     >>> import torch, tfmatcomp as tm
@@ -43,24 +44,23 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tfmatcomp.config import DecoderConfig
-from tfmatcomp.models.decoder import HookedDecoder, next_token_loss
-from tfmatcomp.models.objectives import as_model
-from tfmatcomp.runs.run_directory import RunDirectory
+from tfmatcomp.config import DecoderConfig, TrainConfig
+from tfmatcomp.models.decoder import HookedDecoder
+from tfmatcomp.runs.layout import checkpoint_path
 from tfmatcomp.task.corpus import Document
-from tfmatcomp.training.loop import Schedule, TrainingStep, check_resume_overwrite, run_loop
+from tfmatcomp.training.trainer import train
 from tfmatcomp.validation import (check_in_range, check_int_in_range, check_non_negative,
-                                  check_positive_float, check_positive_int, check_seed)
+                                  check_positive_float, check_positive_int)
 
 __all__ = ["CharTokenizer", "tokenizer_from_metadata", "pydoc_documents", "encode_documents",
-           "text_sampler", "Sampler", "LMResult", "LMStep", "LMRun", "train_lm", "cosine_lr"]
+           "text_sampler", "Sampler", "TextTask", "LMResult", "train_lm", "cosine_lr"]
 
 #: A batch source: ``sampler(batch_size, generator)`` returns tokens ``[batch, T]`` or
 #: ``(tokens, weights)`` with ``weights [batch, T]`` saying which next-token targets count
@@ -223,6 +223,92 @@ def cosine_lr(step: int, n_steps: int, warmup_steps: int, min_ratio: float) -> f
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+@dataclass(frozen=True, eq=False)
+class TextTask:
+    """The task of a language-model run: next-token prediction on a sampler's batches, trained on
+    nanoGPT's recipe. Pass it as ``task_cfg`` to :func:`tfmatcomp.train` (with a
+    :class:`~tfmatcomp.DecoderConfig` or a :class:`~tfmatcomp.HookedDecoder`); it names the
+    ``"lm"`` objective (:data:`~tfmatcomp.models.objectives.OBJECTIVES`).
+
+    Attributes:
+        sampler: the training batches (:data:`Sampler`, e.g. :func:`text_sampler`); it is called
+            with the run's training generator, a CPU one (the batch then moves to the model).
+        n_steps: the length of the learning-rate schedule (the run's ``n_steps``).
+        tokenizer: recorded in the checkpoints' metadata (``tfmatcomp geometry`` reads it back).
+        eval_sampler: the evaluation batches (default: ``sampler``), ``eval_batches`` of them
+            drawn once from the evaluation stream when the run is built, the same at every
+            evaluation.
+        warmup_steps: linear warm-up updates (default ``n_steps // 20``), in ``[0, n_steps]``.
+        min_lr_ratio: the final learning rate as a fraction of the peak, in ``[0, 1]``.
+        weight_decay: AdamW's decoupled weight decay (``>= 0``) on matrices and embeddings.
+        grad_clip: maximum gradient norm (None: no clipping).
+        eval_batches: evaluation batches.
+        metadata: more JSON-ready entries for the checkpoints' metadata (e.g. ``family``).
+
+    Example:
+        >>> task = TextTask(text_sampler(torch.arange(40) % 5, 8), n_steps=100)
+        >>> task.objective, task.warmup_steps, round(task.lr_factor(99), 3)
+        ('lm', 5, 0.1)
+    """
+
+    objective: ClassVar[str] = "lm"
+
+    sampler: Sampler
+    n_steps: int
+    tokenizer: CharTokenizer | None = None
+    eval_sampler: Sampler | None = None
+    warmup_steps: int | None = None
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.1
+    grad_clip: float | None = 1.0
+    eval_batches: int = 4
+    metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not callable(self.sampler):
+            raise ValueError(f"sampler: expected a callable (batch_size, generator), got "
+                             f"{type(self.sampler).__name__}")
+        check_positive_int("n_steps", self.n_steps)
+        if self.warmup_steps is None:
+            object.__setattr__(self, "warmup_steps", self.n_steps // 20)
+        check_int_in_range("warmup_steps", self.warmup_steps, 0, self.n_steps)
+        check_in_range("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_non_negative("weight_decay", self.weight_decay)
+        if self.grad_clip is not None:
+            check_positive_float("grad_clip", self.grad_clip)
+        check_positive_int("eval_batches", self.eval_batches)
+        json.dumps(self.checkpoint_metadata())  # refuse what a checkpoint could not record
+
+    def build(self) -> "TextTask":
+        """The task itself (a :class:`~tfmatcomp.TaskConfig` builds its task; this one is one)."""
+        return self
+
+    def sample(self, batch_size: int, generator: torch.Generator,
+               device: torch.device | str | None = None) -> Tensor | tuple[Tensor, Tensor]:
+        """A training batch (the objective moves it to the model's device)."""
+        return self.sampler(batch_size, generator)
+
+    def sample_eval(self, batch_size: int, generator: torch.Generator) -> Tensor | tuple[Tensor, Tensor]:
+        """An evaluation batch."""
+        return (self.eval_sampler or self.sampler)(batch_size, generator)
+
+    def lr_factor(self, step: int) -> float:
+        """The learning-rate factor of the update from ``step`` (:func:`cosine_lr`)."""
+        return cosine_lr(step, self.n_steps, self.warmup_steps, self.min_lr_ratio)
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        """What a resume must find unchanged (the checkpoints' ``train_lm`` metadata)."""
+        return {"n_steps": self.n_steps, "min_lr_ratio": self.min_lr_ratio,
+                "warmup_steps": self.warmup_steps, "weight_decay": self.weight_decay,
+                "grad_clip": self.grad_clip, "eval_batches": self.eval_batches}
+
+    def checkpoint_metadata(self) -> dict[str, Any]:
+        """The checkpoints' metadata: the tokenizer, the recipe, :attr:`metadata`."""
+        return {"tokenizer": self.tokenizer.to_dict() if self.tokenizer is not None else None,
+                "train_lm": self.recipe, **(self.metadata or {})}
+
+
 @dataclass
 class LMResult:
     """What :func:`train_lm` returns.
@@ -231,20 +317,15 @@ class LMResult:
         model: the trained decoder (eval mode).
         tokenizer: the tokenizer recorded with it (or None).
         metrics: one row per logged step: ``step``, ``lr``, ``train_loss`` (the update's batch,
-            before the update), ``eval_loss`` (fixed evaluation batches, after the update).
-        path: the last checkpoint written (None without ``out_dir``).
+            before the update), ``eval_loss`` (fixed evaluation batches, after the update),
+            ``elapsed_s``.
+        path: the last checkpoint (None without ``out_dir``).
     """
 
     model: HookedDecoder
     tokenizer: CharTokenizer | None
     metrics: pd.DataFrame
     path: Path | None
-
-
-def _split(batch: Tensor | tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor | None]:
-    if isinstance(batch, tuple):
-        return batch[0], batch[1]
-    return batch, None
 
 
 def train_lm(
@@ -270,41 +351,30 @@ def train_lm(
     metadata: dict[str, Any] | None = None,
     progress: bool = False,
 ) -> LMResult:
-    """Train a :class:`~tfmatcomp.HookedDecoder` on next-token prediction (NanoGPT's recipe).
+    """Train a :class:`~tfmatcomp.HookedDecoder` on next-token prediction (nanoGPT's recipe):
+    :func:`tfmatcomp.train` of a :class:`TextTask`, nothing else.
 
     AdamW (``betas = (0.9, 0.95)``; weight decay on matrices and embeddings, none on biases and
-    LayerNorms), linear warm-up then cosine decay to ``min_lr_ratio * lr``
-    (:func:`cosine_lr`), gradient clipping. The model is initialized from ``seed``; training
-    batches come from a generator seeded ``seed + 1``, evaluation batches (drawn once, the same
-    at every logging step) from one seeded ``seed + 2``. No dropout (the decoder has none).
+    LayerNorms), linear warm-up then cosine decay to ``min_lr_ratio * lr`` (:func:`cosine_lr`),
+    gradient clipping. The model is initialized from ``seed``; training batches come from a
+    generator seeded ``seed + 1``, evaluation batches (drawn once, the same at every logging step)
+    from one seeded ``seed + 2``. No dropout (the decoder has none). It trains where a given
+    ``model`` is, and on the CPU for a config.
 
     Args:
         model: a decoder to continue training, or the config of a fresh one.
-        sampler: the training batches (:data:`Sampler`, e.g. :func:`text_sampler`).
-        tokenizer: recorded in the checkpoints' metadata (``tfmatcomp geometry`` reads it back).
+        sampler: the training batches (:class:`TextTask`'s, as are ``tokenizer``,
+            ``eval_sampler``, ``min_lr_ratio``, ``warmup_steps``, ``weight_decay``, ``grad_clip``,
+            ``eval_batches`` and ``metadata``).
+        tokenizer: recorded in the checkpoints' metadata.
         eval_sampler: the evaluation batches (default: ``sampler``).
-        n_steps: optimizer updates.
-        batch_size: sequences per update.
-        lr: the peak learning rate.
-        min_lr_ratio: the final learning rate as a fraction of ``lr``, in ``[0, 1]``.
-        warmup_steps: warm-up updates (default ``n_steps // 20``), in ``[0, n_steps]``.
-        weight_decay: AdamW's decoupled weight decay (``>= 0``).
-        grad_clip: maximum gradient norm (None: no clipping).
-        seed: see above.
-        log_every: log (and evaluate) every this many updates, and at the last one.
-        eval_batches: evaluation batches of ``batch_size``.
-        out_dir: a run directory: ``metrics.jsonl`` and ``checkpoints/step_XXXXXXX/`` (the last
-            step always, and every ``checkpoint_every`` steps when positive; the latest one holds
-            the training state). It must be empty unless ``resume`` or ``overwrite``, which
-            clears a run directory first. It is locked while training writes it.
-        resume: continue the run in ``out_dir`` from its latest checkpoint with training state
-            (weights, AdamW moments, the schedule's position, the training stream), exactly as
-            the uninterrupted run at the same thread count; the run is cut back to that step.
-            The same recipe is required (``n_steps``, ``lr``, ... as recorded in the checkpoint's
-            ``train_lm`` metadata). An empty ``out_dir`` starts from step 0.
-        metadata: more JSON-ready entries for the checkpoints' metadata (e.g. ``family``, the
-            label the geometry report shows).
-        progress: a tqdm progress bar.
+        n_steps: optimizer updates (the :class:`~tfmatcomp.TrainConfig`'s, as are ``batch_size``,
+            also the evaluation batches' size, ``lr``, the peak rate, ``seed``, ``log_every`` and
+            ``checkpoint_every``, 0: only the last step).
+        out_dir: the run directory, locked while training writes it; it must be empty unless
+            ``resume`` or ``overwrite`` (as for :func:`tfmatcomp.train`, as are ``progress``).
+        resume: continue from the latest checkpoint with training state, exactly as the
+            uninterrupted run at the same thread count (the same recipe is required).
 
     Raises:
         ValueError: an argument out of range (the message names it), or a sampler whose tokens do
@@ -322,223 +392,22 @@ def train_lm(
         >>> bool(r.metrics["eval_loss"].iloc[-1] < 1.0)    # the cycle 0 1 2 3 4 is learned
         True
     """
-    check_positive_int("n_steps", n_steps)
-    check_positive_int("batch_size", batch_size)
     check_positive_float("lr", lr)
-    check_in_range("min_lr_ratio", min_lr_ratio, 0.0, 1.0)
-    warmup = n_steps // 20 if warmup_steps is None else warmup_steps
-    check_int_in_range("warmup_steps", warmup, 0, n_steps)
-    check_non_negative("weight_decay", weight_decay)
-    if grad_clip is not None:
-        check_positive_float("grad_clip", grad_clip)
-    check_seed("seed", seed)
-    check_resume_overwrite(resume, overwrite)
-    if resume and out_dir is None:
-        raise ValueError("out_dir: resume needs a run directory")
     check_positive_int("log_every", log_every)
-    check_positive_int("eval_batches", eval_batches)
     if not isinstance(checkpoint_every, int) or checkpoint_every < 0:
         raise ValueError(f"checkpoint_every: must be an integer >= 0, got {checkpoint_every!r}")
-    model = as_model(model, "decoder", seed=seed)
-    if tokenizer is not None and tokenizer.vocab_size > model.cfg.d_vocab:
-        raise ValueError(f"tokenizer: {tokenizer.vocab_size} characters, but the model's d_vocab is "
-                         f"{model.cfg.d_vocab}")
-    out = Path(out_dir) if out_dir is not None else None
-    train_gen = torch.Generator().manual_seed(seed + 1)
-    eval_gen = torch.Generator().manual_seed(seed + 2)
-    evaluation = [_split((eval_sampler or sampler)(batch_size, eval_gen)) for _ in range(eval_batches)]
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=lr, betas=(0.9, 0.95))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: cosine_lr(s, n_steps, warmup, min_lr_ratio))
-    meta = {"tokenizer": tokenizer.to_dict() if tokenizer is not None else None,
-            "train_lm": {"n_steps": n_steps, "batch_size": batch_size, "lr": lr,
-                         "min_lr_ratio": min_lr_ratio, "warmup_steps": warmup,
-                         "weight_decay": weight_decay, "grad_clip": grad_clip, "seed": seed},
-            **(metadata or {})}
-    json.dumps(meta)  # refuse what the checkpoint could not record, before training
-    run = LMRun(model, optimizer, schedule, train_gen, out,
-                Schedule(n_steps, log_every, (), checkpoint_every), meta, overwrite=overwrite,
-                progress=progress)
-    step = LMStep(run, sampler, evaluation, batch_size, grad_clip)
-    try:
-        if resume:
-            run.resume()
-        run_loop(run, step, n_steps, desc="train_lm")
-    finally:
-        run.close()
-        model.eval()
-    return LMResult(model=model, tokenizer=tokenizer, metrics=pd.DataFrame(run.records),
-                    path=run.path)
-
-
-class LMStep(TrainingStep):
-    """One update of :func:`train_lm`: a batch from ``sampler``, next-token cross-entropy (weighted
-    when the sampler gives weights), AdamW with gradient clipping, one step of the learning-rate
-    schedule. A non-finite loss raises :class:`FloatingPointError` before the update."""
-
-    def __init__(self, run: LMRun, sampler: Sampler,
-                 evaluation: list[tuple[Tensor, Tensor | None]], batch_size: int,
-                 grad_clip: float | None):
-        self.run, self.model, self.optimizer = run, run.model, run.optimizer
-        self.sampler, self.evaluation = sampler, evaluation
-        self.batch_size, self.grad_clip = batch_size, grad_clip
-
-    def update(self) -> tuple[float, Tensor]:
-        """One update; returns the learning rate it used and its (pre-update) loss."""
-        model = self.model
-        tokens, weights = _split(self.sampler(self.batch_size, self.run.train_gen))
-        model.check_tokens(tokens)
-        tokens = tokens.to(model.device)
-        loss = next_token_loss(model(tokens), tokens,
-                               None if weights is None else weights.to(model.device))
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"training diverged at step {self.run.step + 1}: loss is "
-                                     f"{loss.item()}; "
-                                     f"try a lower lr (now {self.optimizer.defaults['lr']})")
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), self.grad_clip)
-        current_lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.step()
-        self.run.lr_schedule.step()
-        return current_lr, loss
-
-    def train_metrics(self, update: tuple[float, Tensor]) -> list[dict[str, Any]]:
-        current_lr, loss = update
-        return [{"lr": current_lr, "train_loss": loss.item()}]
-
-    def evaluate(self) -> list[dict[str, float]]:
-        return [{"eval_loss": _evaluate(self.model, self.evaluation)}]
-
-
-class LMRun:
-    """The run :func:`train_lm` writes (the loop's host and its one run record): the model and its
-    training state (AdamW, the learning-rate schedule, the training stream), the metrics log
-    (``step``, ``lr``, ``train_loss``, ``eval_loss`` per row) and the checkpoints, with the
-    tokenizer and the recipe in their metadata. Its directory is locked while it trains and must
-    be empty unless it is resumed or ``overwrite`` (:mod:`tfmatcomp.runs.rundir`)."""
-
-    def __init__(self, model: HookedDecoder, optimizer: torch.optim.Optimizer,
-                 lr_schedule: torch.optim.lr_scheduler.LRScheduler, train_gen: torch.Generator,
-                 out_dir: Path | None, schedule: Schedule, metadata: dict[str, Any],
-                 overwrite: bool = False, progress: bool = False):
-        self.model, self.optimizer, self.lr_schedule = model, optimizer, lr_schedule
-        self.train_gen = train_gen
-        self.out_dir, self.schedule, self.metadata = out_dir, schedule, metadata
-        self.progress = progress
-        self.step, self.elapsed_s = 0, 0.0
-        #: the run directory: lock, metrics record, checkpoints, resume (as a Trainer's)
-        self.directory = RunDirectory(out_dir, overwrite)
-        #: the last checkpoint written (None before the first)
-        self.path: Path | None = None
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return self.directory.records
-
-    @property
-    def runs(self) -> list["LMRun"]:
-        return [self]
-
-    def start(self) -> None:
-        """Lock the run directory; a run not resumed needs an empty one (or ``overwrite``)."""
-        self.directory.claim(resuming=False)
-        self.model.train()
-
-    def close(self) -> None:
-        self.directory.release()
-
-    # ------------------------------------------------------------------- training state
-    def training_state(self) -> tuple[dict[str, Tensor], dict[str, Any]]:
-        """``(tensors, json_state)``: what besides the weights a resume needs."""
-        opt = self.optimizer.state_dict()
-        tensors = {"rng.train": self.train_gen.get_state()}
-        for idx, st in opt["state"].items():
-            for key, value in st.items():
-                tensors[f"optimizer.{idx}.{key}"] = torch.as_tensor(value)
-        schedule = {k: v for k, v in self.lr_schedule.state_dict().items() if k != "lr_lambdas"}
-        return tensors, {"step": self.step, "param_groups": opt["param_groups"],
-                         "lr_schedule": schedule}
-
-    def resume(self) -> bool:
-        """Continue from the latest checkpoint with usable training state (False: none, so the
-        run starts at step 0 in an empty directory), as a Trainer resumes
-        (:meth:`~tfmatcomp.runs.run_directory.RunDirectory.resume_latest`). The run is cut back to
-        that checkpoint.
-
-        Raises:
-            RunDirError: checkpoints without training state, or another trainer holds the lock.
-            ConfigMismatchError: the checkpoint is of another model config or recipe.
-        """
-        found = self.directory.resume_latest(self.restore, lambda recorded: None)
-        self.directory.strip_older_states(self.step)
-        return found
-
-    def restore(self, path: Path, step: int) -> None:
-        """Load the checkpoint at ``path`` with its training state and cut the run back to it."""
-        from tfmatcomp.runs.checkpoint import (CheckpointError, ConfigMismatchError,
-                                               load_checkpoint_info, load_training_state)
-
-        model, info = load_checkpoint_info(path, config=self.model.cfg)
-        theirs, ours = info.metadata.get("train_lm"), self.metadata["train_lm"]
-        if theirs != ours:
-            raise ConfigMismatchError(f"train_lm: {path} was trained with {theirs}, this call asks "
-                                      f"for {ours}; resuming would not continue the same run")
-        tensors, state = load_training_state(path)
-        if "rng.train" not in tensors or "lr_schedule" not in state:
-            raise CheckpointError(f"path: {path} has training state without the training stream "
-                                  "or the schedule; it cannot be resumed exactly")
-        with torch.no_grad():
-            for p, q in zip(self.model.parameters(), model.parameters()):
-                p.copy_(q)
-        opt_state: dict[int, dict[str, Tensor]] = {}
-        for key, value in tensors.items():
-            if key.startswith("optimizer."):
-                _, idx, name = key.split(".", 2)
-                opt_state.setdefault(int(idx), {})[name] = value
-        groups = [{**saved, **{k: ours_[k] for k in ("betas", "fused", "foreach") if k in ours_}}
-                  for saved, ours_ in zip(state["param_groups"], self.optimizer.param_groups)]
-        self.optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
-        self.lr_schedule.load_state_dict({**self.lr_schedule.state_dict(), **state["lr_schedule"]})
-        self.train_gen.set_state(tensors["rng.train"])
-        self.step = int(state["step"])
-        self.path = path
-        self.directory.cut_back(self.step)
-
-    # ------------------------------------------------------------------- the run's files
-    def open_log(self):
-        return self.directory.open_log(None)  # the recipe is in the checkpoints' metadata
-
-    def log(self, train: dict[str, Any], evaluation: dict[str, Any], log_file=None) -> dict[str, Any]:
-        return self.directory.append({"step": self.step, **train, **evaluation}, log_file)
-
-    def save_checkpoints(self) -> None:
-        """The checkpoint at this step, with the training state; older checkpoints keep their
-        weights and drop their state."""
-        from tfmatcomp.runs.checkpoint import save_checkpoint
-
-        self.path = self.directory.save(self.step, lambda path: save_checkpoint(
-            self.model, path, step=self.step, metadata=self.metadata,
-            training_state=self.training_state()))
-        self.directory.strip_older_states(self.step)
-
-    def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
-        return {"loss": f"{rows[0]['train_loss']:.3f}"}
-
-
-@torch.no_grad()
-def _evaluate(model: HookedDecoder, batches: list[tuple[Tensor, Tensor | None]]) -> float:
-    was_training = model.training
-    model.eval()
-    losses = []
-    for tokens, weights in batches:
-        tokens = tokens.to(model.device)
-        losses.append(next_token_loss(model(tokens), tokens,
-                              None if weights is None else weights.to(model.device)).item())
-    model.train(was_training)
-    return sum(losses) / len(losses)
+    task = TextTask(sampler, n_steps, tokenizer=tokenizer, eval_sampler=eval_sampler,
+                    warmup_steps=warmup_steps, min_lr_ratio=min_lr_ratio,
+                    weight_decay=weight_decay, grad_clip=grad_clip, eval_batches=eval_batches,
+                    metadata=metadata)
+    train_cfg = TrainConfig(n_steps=n_steps, batch_size=batch_size, eval_batch_size=batch_size,
+                            lr=lr, seed=seed, log_every=log_every, checkpoint_steps=(),
+                            checkpoint_every=checkpoint_every)
+    given = model if isinstance(model, torch.nn.Module) else None
+    result = train(model=given, model_cfg=model.cfg if given is not None else model,
+                   task_cfg=task, train_cfg=train_cfg,
+                   device=given.device if given is not None else "cpu", out_dir=out_dir,
+                   resume=resume, overwrite=overwrite, progress=progress)
+    last = checkpoint_path(out_dir, result.step) if out_dir is not None else None
+    return LMResult(model=result.model, tokenizer=tokenizer, metrics=result.metrics,
+                    path=last if last is not None and last.exists() else None)

@@ -10,8 +10,8 @@ plug in and in how many runs they advance together:
   :class:`~tfmatcomp.training.multiseed.VmapStep` (the seeds batched with ``vmap``);
 * :func:`tfmatcomp.distributed.train`: a ``DistributedTrainer`` (one run, written by rank 0) with
   ``DataParallelStep`` (DistributedDataParallel);
-* :func:`tfmatcomp.training.lm.train_lm`: an ``LMRun`` (one run) with ``LMStep`` (AdamW, warm-up
-  and cosine decay, clipping).
+* :func:`tfmatcomp.training.lm.train_lm`: :func:`tfmatcomp.train` of a language-model task (the
+  ``"lm"`` objective brings AdamW, warm-up and cosine decay, clipping).
 
 What the loop does, in order, at each step: the step's update; every run's step counter; at a
 logging step (every ``log_every`` and the last) or a checkpoint step

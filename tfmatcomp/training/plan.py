@@ -191,10 +191,11 @@ class RunPlan:
                        progress=self.progress and not self.batched, **step)
 
 
-def _step(model_cfg, train_cfg: TrainConfig, device: torch.device,
+def _step(model_cfg, task_cfg, train_cfg: TrainConfig, device: torch.device,
           own_step: bool) -> tuple[bool, str]:
     """The one fast-step decision: ``(fast, why)``."""
-    blocked_by = fast_step.blocker(objective_for(model_cfg).model_class, own_step,
+    objective = objective_for(model_cfg, task_cfg)
+    blocked_by = fast_step.blocker(objective.model_class, own_step,
                                    train_cfg.interventions, device)
     return fast_step.decide(train_cfg.fast, device, blocked_by, getattr(model_cfg, "d_model", None))
 
@@ -227,7 +228,7 @@ def plan_configs(model_cfg: EncoderConfig | DecoderConfig, task_cfg: TaskConfig,
         raise ValueError(f"model_cfg: head {model_cfg.head!r} cannot be trained on matrix "
                          "completion; training fits head 'regression' (the papers' read-out)")
     dev = check_device("device", device) if device is not None else default_device()
-    fast, why = _step(model_cfg, train_cfg, dev, own_step)
+    fast, why = _step(model_cfg, task_cfg, train_cfg, dev, own_step)
     seed_list = tuple(parse_seeds(seeds)) if seeds is not None else None
     if seed_list is not None:
         batched = _batched(fast, train_cfg, dev) if batched is None else batched

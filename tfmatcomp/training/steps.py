@@ -65,13 +65,15 @@ class ExplicitStep(TrainingStep):
         t.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         t.drop_frozen_grads(t.step)
-        t.optimizer.step()
+        #: what the last update logs besides its losses (the objective's; e.g. a scheduled rate)
+        self.logged = t.objective.apply_update(t.model, t.optimizer, t.step, t.task)
         return predictions, batch
 
     def train_metrics(self, update: tuple[Tensor, MatrixBatch]) -> list[dict[str, Tensor]]:
         predictions, batch = update
         with torch.no_grad():
-            return [self.trainer.objective.metrics(predictions.detach(), batch)]
+            return [{**getattr(self, "logged", {}),
+                     **self.trainer.objective.metrics(predictions.detach(), batch)}]
 
     def evaluate(self) -> list[dict[str, float]]:
         return [self.trainer.evaluate()]

@@ -8,7 +8,10 @@ objective (:func:`tfmatcomp.models.objectives.objective_for`): an
 a :class:`~tfmatcomp.DecoderConfig` trains a :class:`~tfmatcomp.HookedDecoder` on the GPT variant
 (:mod:`tfmatcomp.task.gpt`: next-token cross-entropy on the value tokens). Both log ``L``,
 ``L_obs``, ``L_mask`` (the decoder's from its arg-max values); the decoder also logs ``CE*`` and
-``acc*`` and, at evaluation, the papers' greedy completion (``gen_*``).
+``acc*`` and, at evaluation, the papers' greedy completion (``gen_*``). With a
+:class:`~tfmatcomp.training.lm.TextTask` as ``task_cfg``, a decoder is the character-level language
+model (the ``"lm"`` objective: AdamW, warm-up and cosine decay, clipping; ``lr``, ``train_loss``,
+``eval_loss``; :func:`~tfmatcomp.training.lm.train_lm` is that call).
 
 Seeded and resumable: the model, the training stream and the evaluation stream each have their own
 seeded generator, and a checkpoint stores the optimizer and both generators, so resuming continues
@@ -169,12 +172,9 @@ class Trainer:
         self.run_plan = plan
         self.model_cfg, self.task_cfg, self.train_cfg = plan.model_cfg, plan.task_cfg, plan.train_cfg
         self.task = self.task_cfg.build()
-        #: what the model kind decides: tokens, loss, logged metrics
-        self.objective = objective_for(self.model_cfg)
-        needed = self.objective.positions_needed(self.task.n_positions)
-        if needed > self.model_cfg.n_ctx:
-            raise ValueError(f"task_cfg: {self.task.n_rows}x{self.task.n_cols} matrices need "
-                             f"{needed} positions but model_cfg.n_ctx is {self.model_cfg.n_ctx}")
+        #: what the model kind decides: tokens, loss, optimizer, logged metrics
+        self.objective = objective_for(self.model_cfg, self.task_cfg)
+        self.objective.check_task(self.task, self.model_cfg)
         self.device = plan.device
         #: the run directory: lock, metrics record, checkpoints, resume (:mod:`tfmatcomp.runs`)
         self.directory = RunDirectory(plan.out_dir, plan.overwrite)
@@ -186,7 +186,8 @@ class Trainer:
         elif model.cfg != self.model_cfg:
             raise ConfigMismatchError("model: its config differs from model_cfg")
         model = model.to(self.device).train()
-        model.task_cfg = self.task_cfg
+        if self.objective.task_recorded:
+            model.task_cfg = self.task_cfg
         #: whether the run takes the fast step, and why (``run.json``'s ``"step"``): the plan's
         self.fast, self.step_reason = plan.fast, plan.step_reason
         #: the model's parameters by name (the same objects for the whole run)
@@ -194,12 +195,17 @@ class Trainer:
         #: the run's interventions during training, ready to apply (None without any)
         self.plan = TrainingPlan.for_model(
             model, self.train_cfg.interventions,
-            None if self.task_cfg.mixture else (self.task_cfg.n_cols or self.task_cfg.n_rows))
+            None if self.task_cfg.mixture else (self.task_cfg.n_cols or self.task_cfg.n_rows)
+        ) if self.train_cfg.interventions else None
         self._fast_training_step: FastTrainerStep | None = None
-        optimizer = torch.optim.Adam(list(model.parameters()), lr=self.train_cfg.lr,
-                                     **({"fused": True} if self.fast else {}))
+        optimizer = self.objective.make_optimizer(model, self.train_cfg.lr, self.task, self.fast)
         #: the run's state: model, optimizer, generators, step, clock
-        self.state = RunState.fresh(model, optimizer, seed, self.device)
+        self.state = RunState.fresh(model, optimizer, seed,
+                                    self.objective.generator_device(self.device))
+        #: the objective's fixed evaluation batches, drawn now from the evaluation stream (None:
+        #: a fresh batch at every evaluation)
+        self.evaluation = self.objective.evaluation_batches(
+            self.task, self.state.eval_gen, self.train_cfg.eval_batch_size)
 
     @classmethod
     def from_plan(cls, plan: RunPlan, model: HookedEncoder | HookedDecoder | None = None) -> Trainer:
@@ -262,9 +268,9 @@ class Trainer:
         :meth:`strip_older_states` when ``strip_older=False``), so disk use stays bounded."""
         cfg = self.train_cfg
         path = self.directory.save(self.step, lambda path: save_checkpoint(
-            self.model, path, task_cfg=self.task_cfg, train_cfg=cfg, step=self.step,
+            self.model, path, train_cfg=cfg, step=self.step,
             training_state=self.training_state(), dtype=cfg.checkpoint_dtype,
-            max_shard_mb=cfg.max_shard_mb))
+            max_shard_mb=cfg.max_shard_mb, **self.objective.checkpoint_fields(self.task_cfg)))
         if strip_older:
             self.strip_older_states()
         return path
@@ -310,7 +316,8 @@ class Trainer:
         """
         model, info = load_checkpoint_info(path, config=self.model_cfg)
         tensors, state = load_training_state(path)
-        self._check_same_run(info.task_cfg, info.train_cfg, f"checkpoint {path}")
+        self._check_same_run(self.objective.recorded_task(info), info.train_cfg,
+                             f"checkpoint {path}")
         self.state.check_state(path, step if step is not None else info.step, state)
         missing = [k for k in ("rng.train", "rng.eval") if k not in tensors]
         if missing:
@@ -333,11 +340,12 @@ class Trainer:
                                       f"({model_cfg})")
         self._check_same_run(task_cfg, train_cfg, source)
 
-    def _check_same_run(self, task_cfg: TaskConfig | None, train_cfg: TrainConfig | None,
-                        source: str) -> None:
-        if task_cfg != self.task_cfg:
-            raise ConfigMismatchError(f"task_cfg: {source} was trained on {task_cfg}, "
-                                      f"not {self.task_cfg}")
+    def _check_same_run(self, task: Any, train_cfg: TrainConfig | None, source: str) -> None:
+        """``task``: what ``source`` records of its task (the objective's
+        :meth:`~tfmatcomp.models.objectives.Objective.task_record`)."""
+        ours = self.objective.task_record(self.task_cfg)
+        if task != ours:
+            raise ConfigMismatchError(f"task_cfg: {source} was trained on {task}, not {ours}")
         theirs = train_cfg.to_dict() if train_cfg else {}
         ours = self.train_cfg.to_dict()
         changed = [k for k in _SAME_RUN_FIELDS if theirs.get(k) != ours.get(k)]
@@ -349,7 +357,7 @@ class Trainer:
     def open_log(self):
         """Create the run directory, write ``run.json`` and open the metrics log for appending
         (None without a run directory)."""
-        return self.directory.open_log(self.run_info())
+        return self.directory.open_log(self.run_info() if self.objective.task_recorded else None)
 
     def run_info(self) -> dict[str, Any]:
         """What ``run.json`` records about this run."""
@@ -362,10 +370,9 @@ class Trainer:
 
     def log(self, train: dict[str, Any], evaluation: dict[str, float], log_file=None) -> dict[str, Any]:
         """Append one metrics record for the current step (``train_*`` from the update's forward
-        pass, ``eval_*`` from :meth:`evaluate`) and write it to ``log_file``."""
-        record: dict[str, Any] = {"step": self.step}
-        record.update({f"train_{k}": float(v) for k, v in train.items()})
-        record.update({f"eval_{k}": float(v) for k, v in evaluation.items()})
+        pass, ``eval_*`` from :meth:`evaluate`; the objective's
+        :meth:`~tfmatcomp.models.objectives.Objective.record`) and write it to ``log_file``."""
+        record = self.objective.record(self.step, train, evaluation)
         record["elapsed_s"] = round(self.elapsed_s, 3)
         return self.directory.append(record, log_file)
 
@@ -377,6 +384,8 @@ class Trainer:
     def evaluate(self, batch_size: int | None = None) -> dict[str, float]:
         """Losses on a fresh batch from the evaluation stream (float32; a fast run on a CPU runs
         the forward pass under bf16 autocast, as :mod:`tfmatcomp.datapath` does for wide models)."""
+        if self.evaluation is not None:
+            return self.objective.evaluate_batches(self.model, self.evaluation)
         was_training = self.model.training
         self.model.eval()
         batch = self.task.sample(batch_size or self.train_cfg.eval_batch_size,
@@ -476,7 +485,7 @@ class Trainer:
 
     def postfix(self, rows: list[dict[str, Any]]) -> dict[str, str]:
         """The progress bar's losses after a logging step."""
-        return {"L_obs": f"{rows[0]['train_L_obs']:.2e}", "L_mask": f"{rows[0]['train_L_mask']:.3f}"}
+        return self.objective.postfix(rows[0])
 
     def run(self, n_steps: int | None = None) -> TrainResult:
         """Train until step ``n_steps`` (default: the config's), logging and checkpointing
