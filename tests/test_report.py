@@ -21,7 +21,7 @@ def tiny_report(tmp_path_factory):
 
 def test_bundled_run_shows_and_detects_the_drop():
     info = tm.pretrained.run_info("tiny")
-    steps = tm.pretrained.available()["tiny"]
+    steps = tm.pretrained.available()["tiny"].steps
     assert info["pre_shift_step"] in steps and info["post_shift_step"] == steps[-1]
     drop = detect_drop(tm.read_metrics(tm.pretrained.run_dir("tiny")), column="eval_L_mask")
     assert drop.has_drop
