@@ -25,6 +25,7 @@ from pathlib import Path
 from tfmatcomp.pretrained.hub import PretrainedUnavailable, download, hub_settings
 from tfmatcomp.pretrained.registry import FileEntry, RunEntry, mib
 from tfmatcomp.runs.checkpoint_files import sha256_file
+from tfmatcomp.runs.layout import TMP_SUFFIX
 
 __all__ = ["PretrainedFileRefused", "PretrainedUnavailable", "RunStatus", "models_dir_of",
            "cache_dir", "find_local", "fetch", "status", "WHERE"]
@@ -241,7 +242,7 @@ def status(run: RunEntry, models_dir: Path | None) -> RunStatus:
 def _copy_into(source: Path, target: Path) -> None:
     """Copy ``source`` to ``target`` through a fresh temporary name beside it, renamed over it."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
             shutil.copyfileobj(src, out, 1 << 20)
