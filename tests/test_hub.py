@@ -22,6 +22,7 @@ from huggingface_hub import constants
 import tfmatcomp as tm
 from tfmatcomp.pretrained import commands, sources
 from tfmatcomp.pretrained.registry import run_entry
+from tfmatcomp.report.run import load_context
 from tfmatcomp.runs.layout import list_checkpoints
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -220,6 +221,9 @@ def test_a_wheel_like_package_gives_paper_cpu_offline_and_pull_completes_it(env,
     assert folder == env / "package" / "paper-cpu" and list(list_checkpoints(folder)) == [4_000, 30_000]
     with pytest.raises(tm.pretrained.PretrainedUnavailable, match="2 file"):
         tm.load_pretrained("paper-cpu", step=9_000)
+    note = load_context("paper-cpu", n_samples=8).step_note  # the report says what is missing
+    assert ("this copy of paper-cpu has checkpoints 4,000, 30,000 of its 5" in note
+            and "`tfmatcomp models pull paper-cpu` fetches the rest" in note)
     monkeypatch.delenv("HF_HUB_OFFLINE")
     with _use(monkeypatch, serve_pretrained(REPO_PRETRAINED)) as hub:
         assert commands.pull_run("paper-cpu", steps=[9_000]) == 0

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from tfmatcomp.pretrained.sources import (
 from tfmatcomp.runs.checkpoint import load_checkpoint
 from tfmatcomp.runs.layout import checkpoint_path
 
-__all__ = ["available", "run_dir", "run_info", "load_pretrained", "resolve_step", "pull",
+__all__ = ["available", "run_dir", "run_info", "load_pretrained", "resolve_step", "pull", "partial_note",
            "RunStatus", "PretrainedFileRefused", "PretrainedUnavailable"]
 
 ModelsDir = str | os.PathLike | None
@@ -110,3 +111,14 @@ def pull(name: str, steps: list[int] | None = None, models_dir: ModelsDir = None
     chosen = [resolve_step(name, s) for s in steps] if steps is not None else run.steps
     files = [f for f in run.files.values() if f.step is None or f.step in chosen]
     return fetch(run, files, models_dir_of(models_dir))
+
+
+def partial_note(name: str, steps_here: Iterable[int]) -> str:
+    """``""`` when ``steps_here`` holds every checkpoint of run ``name``; else a sentence saying
+    which ones this copy has and how to fetch the rest (a wheel carries two of paper-cpu's five)."""
+    steps, here = run_entry(name).steps, sorted(set(steps_here))
+    if set(steps) <= set(here):
+        return ""
+    return (f"this copy of {name} has checkpoints {', '.join(f'{s:,}' for s in here)} of its "
+            f"{len(steps)} ({', '.join(f'{s:,}' for s in steps)}); `tfmatcomp models pull {name}` "
+            "fetches the rest")
