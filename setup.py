@@ -62,6 +62,6 @@ class SDist(sdist):
 
 
 if __name__ == "__main__":
-    setup(package_data={"tfmatcomp": ["py.typed",
+    setup(package_data={"tfmatcomp": ["py.typed", "report/templates/*.html.j2",
                                       *(p[len("tfmatcomp/"):] for p in sorted(ALLOWED))]},
           cmdclass={"build_py": BuildPy, "sdist": SDist})

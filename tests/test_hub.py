@@ -281,3 +281,23 @@ def test_a_fresh_process_reads_hf_endpoint_and_hf_home_at_import(env, tmp_path):
         assert run.returncode == 0, run.stdout + run.stderr
         assert hub.requests
     assert (tmp_path / "hf" / "tfmatcomp" / "tiny" / STEP_FILE).is_file()
+
+
+def test_the_models_command_lists_pulls_and_says_what_is_missing_in_one_line(env, monkeypatch,
+                                                                              capsys):
+    from tfmatcomp.cli import main
+
+    assert main(["models", "list"]) == 0
+    assert capsys.readouterr().out.splitlines()[3].split()[-2:] == ["remote", "(tfmatcomp/tiny@v0.1.0)"]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["models", "pull", "tiny", "--steps", "2000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tfmatcomp models: error: pretrained run 'tiny'") and "\n" not in err
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with _use(monkeypatch, serve_pretrained(REPO_PRETRAINED)):
+        assert main(["models", "pull", "tiny", "--steps", "2000"]) == 0
+    out = capsys.readouterr().out
+    assert f"in {env / 'cache' / 'tiny'}" in out and "(was: remote; now: cache 2.0 MiB, remote 4.4 MiB;" in out
+    assert main(["models", "export", "tiny", str(env / "x"), "--models-dir",
+                 str(REPO_PRETRAINED)]) == 0
+    assert (env / "x" / "README.md").is_file()
