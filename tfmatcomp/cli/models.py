@@ -16,7 +16,8 @@ def _models_args(p: argparse.ArgumentParser) -> None:
     p.epilog = ("examples: tfmatcomp models list; tfmatcomp models pull paper-4l8h; "
                 "tfmatcomp models pull paper-cpu --steps 9000 12000; "
                 "tfmatcomp models export paper-4l8h out/paper-4l8h")
-    sub = p.add_subparsers(dest="action", required=True, metavar="{list,pull,export}")
+    sub = p.add_subparsers(dest="action", required=True, metavar="{list,pull,export}",
+                           help="list the runs, pull one, or export one for the Hub")
     listing = sub.add_parser("list", help="every run: its size, pre/post-shift steps and where its "
                              "files are (bundled, checkout, directory, cache or remote)")
     pull = sub.add_parser("pull", help="download a run from the Hub (or copy it from the package "
