@@ -61,7 +61,10 @@ class SDist(sdist):
         self.filelist.files = [f for f in self.filelist.files if keep(f, ALLOWED)]
 
 
+#: The package data, relative to tfmatcomp/: globs, and the bundled pretrained files one by one.
+PACKAGE_DATA = ["py.typed", "report/templates/*.html.j2",
+                *(p[len("tfmatcomp/"):] for p in sorted(ALLOWED))]
+
 if __name__ == "__main__":
-    setup(package_data={"tfmatcomp": ["py.typed", "report/templates/*.html.j2",
-                                      *(p[len("tfmatcomp/"):] for p in sorted(ALLOWED))]},
+    setup(package_data={"tfmatcomp": PACKAGE_DATA},
           cmdclass={"build_py": BuildPy, "sdist": SDist})
