@@ -26,7 +26,7 @@ def test_bundled_paper_4l8h_is_the_presets_run_and_brackets_its_drop():
     run = tm.pretrained.run_dir("paper-4l8h")
     info = tm.pretrained.run_info("paper-4l8h")
     assert (info["pre_shift_step"], info["post_shift_step"]) == (4_000, 50_000)
-    assert tm.pretrained.available()["paper-4l8h"] == [4_000, 50_000]
+    assert tm.pretrained.available()["paper-4l8h"].steps == [4_000, 50_000]
     metrics = tm.read_metrics(run)
     assert int(metrics["step"].iloc[-1]) == tm.get_preset("paper-4l8h").train.n_steps
     drop = detect_drop(metrics)

@@ -52,7 +52,7 @@ def test_bundled_paper_cpu_brackets_its_drop_and_keeps_every_seed():
     drop = detect_drop(tm.read_metrics(tm.pretrained.run_dir("paper-cpu")))
     assert drop.has_drop and drop.reason == "sudden drop"
     assert info["pre_shift_step"] < drop.drop_start < drop.drop_end <= info["post_shift_step"]
-    steps = tm.pretrained.available()["paper-cpu"]
+    steps = tm.pretrained.available()["paper-cpu"].steps
     assert any(drop.drop_start <= s <= drop.drop_end for s in steps)  # a checkpoint inside it
     group = SeedGroup.load(tm.pretrained.run_dir("paper-cpu") / info["group"])
     assert info["seed"] in group.dropped

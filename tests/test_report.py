@@ -21,7 +21,7 @@ def tiny_report(tmp_path_factory):
 
 def test_bundled_run_shows_and_detects_the_drop():
     info = tm.pretrained.run_info("tiny")
-    steps = tm.pretrained.available()["tiny"]
+    steps = tm.pretrained.available()["tiny"].steps
     assert info["pre_shift_step"] in steps and info["post_shift_step"] == steps[-1]
     drop = detect_drop(tm.read_metrics(tm.pretrained.run_dir("tiny")), column="eval_L_mask")
     assert drop.has_drop
@@ -198,9 +198,9 @@ def test_report_says_which_middle_seed_of_an_even_count(tmp_path):
 
 def test_the_pages_templates_escape_what_they_are_given_and_ship_in_the_wheel():
     """report/templates/ renders with autoescaping (a title, a section's text and error, and a run
-    directory's name are text, never markup), and pyproject's package-data ships every template."""
+    directory's name are text, never markup), and setup.py's package data ships every template."""
     import fnmatch
-    import tomllib
+    import importlib.util
     from pathlib import Path
 
     from tfmatcomp.report.render import page
@@ -213,7 +213,10 @@ def test_the_pages_templates_escape_what_they_are_given_and_ship_in_the_wheel():
     assert "<p class='meta'>trusted header</p>" in html and "<i>t</i>" not in html
 
     root = Path(__file__).resolve().parents[1]
-    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["tfmatcomp"]
+    spec = importlib.util.spec_from_file_location("tfmatcomp_setup", root / "setup.py")
+    setup = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup)  # not __main__: setup() does not run
+    globs = setup.PACKAGE_DATA
     templates = sorted((root / "tfmatcomp" / "report" / "templates").iterdir())
     assert templates
     for t in templates:

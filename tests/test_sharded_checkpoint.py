@@ -154,3 +154,13 @@ def test_old_train_config_without_the_new_fields_loads():
     cfg = tm.TrainConfig.from_dict(old)
     assert (cfg.fast, cfg.checkpoint_dtype, cfg.max_shard_mb) == (None, "float32", None)
     assert tm.TrainConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_shards_are_written_by_huggingface_hub(tmp_path):
+    """save_torch_state_dict writes the shards: each carries its {"format": "pt"} header."""
+    from safetensors import safe_open
+
+    path = tm.save_checkpoint(MODEL, tmp_path / "c", max_shard_mb=LIMIT_MB)
+    for shard in _shards(path):
+        with safe_open(shard, framework="pt") as f:
+            assert f.metadata() == {"format": "pt"}

@@ -1,12 +1,12 @@
 """Command line: train the papers' BERT on matrix completion, report on a run, and more.
 
-Commands: ``train``, ``presets``, ``report``, ``demo``, ``geometry``, ``sweep``, ``dynamics``
-(``tfmatcomp COMMAND --help`` for each). One meaning per flag in every command: ``--run-dir`` is a
+Commands: ``train``, ``presets``, ``report``, ``demo``, ``geometry``, ``sweep``, ``dynamics``,
+``models`` (``tfmatcomp COMMAND --help`` for each). One meaning per flag in every command: ``--run-dir`` is a
 run directory (``train``, ``sweep``, ``demo``), ``-o/--output`` a file to write (its folder must
 exist), ``--seed`` a training seed, ``--sample-seed`` the seed of the matrices a command draws.
 
 Each command group is one module of this package (``train``, ``report``, ``geometry``, ``sweep``,
-``dynamics``); :mod:`~tfmatcomp.cli.args` holds the registry and the arguments they share, and
+``dynamics``, ``models``); :mod:`~tfmatcomp.cli.args` holds the registry and the arguments they share, and
 :mod:`~tfmatcomp.cli.names` the names offered, so that ``--help`` imports neither torch nor
 TransformerLens.
 """
@@ -24,6 +24,7 @@ from tfmatcomp.cli import report  # noqa: E402,F401  (report, demo)
 from tfmatcomp.cli import geometry  # noqa: E402,F401
 from tfmatcomp.cli import sweep  # noqa: E402,F401
 from tfmatcomp.cli import dynamics  # noqa: E402,F401
+from tfmatcomp.cli import models  # noqa: E402,F401
 
 
 DESCRIPTION = """\
@@ -48,6 +49,7 @@ examples:
   tfmatcomp sweep --run-dir runs/width --grid d_model=32,64,128 --seeds 0-1
   tfmatcomp dynamics runs/tiny --measures L_mask,copying -o runs/tiny-dynamics.csv
   tfmatcomp geometry MODEL_DIR TEXT_OR_DIR -o geometry.html
+  tfmatcomp models list                            the pretrained runs: size, where they are
 
 docs: docs/quickstart.md; every command: tfmatcomp COMMAND --help"""
 

@@ -257,6 +257,8 @@ def load_context(run: str | os.PathLike = "tiny", *, pre_step: int | None = None
     info_file = run_dir / PRETRAINED_FILE
     info = read_json_bounded(PRETRAINED_FILE, info_file) if info_file.exists() else None
     pre_step, post_step, note = choose_steps(checkpoints, drop, pre_step, post_step, info)
+    if isinstance(run, str) and run in pretrained.available() and run_dir.name == run:
+        note = "; ".join(filter(None, [note, pretrained.partial_note(run, checkpoints)]))
     pre, _ = load_checkpoint_info(checkpoints[pre_step], device=device)
     post, ckpt = load_checkpoint_info(checkpoints[post_step], device=device)
     if ckpt.task_cfg is None:

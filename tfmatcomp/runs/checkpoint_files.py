@@ -8,10 +8,11 @@ one ``model.safetensors`` or, when larger than ``max_shard_mb``, shards
 checkpoint names is opened only if it is a plain file inside the checkpoint directory.
 
 Example:
-    >>> import torch
-    >>> shards = pack_shards({"a": torch.zeros(1000), "b": torch.zeros(1000)}, max_bytes=5000)
-    >>> [list(s) for s in shards]
-    [['a'], ['b']]
+    >>> import tempfile, torch
+    >>> d = Path(tempfile.mkdtemp())
+    >>> write_weights({"a": torch.zeros(1000), "b": torch.zeros(1000)}, d, max_bytes=5000)
+    >>> sorted(p.name for p in d.iterdir())
+    ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors', 'model.safetensors.index.json']
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
+from huggingface_hub import save_torch_state_dict
 from safetensors.torch import load_file, save_file
 
 from tfmatcomp.runs.files import disk_full
-from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, SHARD_NAME, WEIGHTS_FILE, shard_name
+from tfmatcomp.runs.layout import CONFIG_FILE, INDEX_FILE, SHARD_NAME, WEIGHTS_FILE
 from tfmatcomp.validation import read_json_bounded
 
 __all__ = ["CheckpointError", "checkpoint_dtype", "SAFETENSORS_DTYPES", "MAX_JSON_BYTES",
-           "sha256_file", "config_digest", "seal_config", "plain_file", "read_json", "shard_limit", "pack_shards",
+           "sha256_file", "config_digest", "seal_config", "plain_file", "read_json", "shard_limit",
            "write_weights", "weight_files", "tensor_specs", "load_tensors"]
 
 
@@ -165,39 +167,20 @@ def shard_limit(max_shard_mb: Any) -> int | None:
     return int(max_shard_mb * (1 << 20))
 
 
-def pack_shards(weights: dict[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    """Tensors packed in order into shards whose files stay under ``max_bytes``; a tensor larger
-    than that alone goes into a shard of its own."""
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = _FILE_BYTES
-    for name, t in weights.items():
-        cost = t.numel() * t.element_size() + _ENTRY_BYTES + len(name.encode())
-        if shards[-1] and size + cost > max_bytes:
-            shards.append({})
-            size = _FILE_BYTES
-        shards[-1][name] = t
-        size += cost
-    return shards
-
-
 def write_weights(weights: dict[str, torch.Tensor], directory: Path, max_bytes: int | None) -> None:
-    """Write ``weights`` into ``directory``: ``model.safetensors``, or shards and their index when
-    they do not fit in one file of ``max_bytes`` (None: never shard)."""
-    shards = [weights] if max_bytes is None else pack_shards(weights, max_bytes)
-    if len(shards) == 1:
+    """Write ``weights`` into ``directory``: ``model.safetensors``, or, when they do not fit in one
+    file of ``max_bytes`` (None: never shard), shards and their index, written by
+    ``huggingface_hub.save_torch_state_dict`` (the layout transformers reads). Its split counts
+    tensor bytes only; the limit it is given leaves room for every safetensors header, so that
+    each shard file stays under ``max_bytes`` (a tensor larger than that alone in its shard)."""
+    if max_bytes is None:
         with disk_full(directory / WEIGHTS_FILE):
             save_file(weights, directory / WEIGHTS_FILE)
         return
-    weight_map = {}
-    for i, shard in enumerate(shards, 1):
-        name = shard_name(i, len(shards))
-        with disk_full(directory / name):
-            save_file(shard, directory / name)
-        weight_map.update(dict.fromkeys(shard, name))
-    total = sum(t.numel() * t.element_size() for t in weights.values())
-    index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    with disk_full(directory / INDEX_FILE):
-        (directory / INDEX_FILE).write_text(json.dumps(index, indent=2))
+    headers = _FILE_BYTES + sum(_ENTRY_BYTES + len(k.encode()) for k in weights)
+    with disk_full(directory):
+        save_torch_state_dict(weights, directory, filename_pattern="model{suffix}.safetensors",
+                              max_shard_size=max(1, max_bytes - headers))
 
 
 def weight_files(path: Path) -> dict[Path, set[str] | None]:
