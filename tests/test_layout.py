@@ -71,7 +71,7 @@ import tfmatcomp
 PKG = Path(tfmatcomp.__file__).parent
 ROOT = PKG.parent
 
-MAX_TOP_MODULES = 8
+MAX_TOP_MODULES = 9
 
 #: Names whose call or attribute reference is transformer math (rule 4).
 TRANSFORMER_MATH = frozenset({"softmax", "layer_norm", "LayerNorm", "scaled_dot_product_attention",
@@ -86,7 +86,7 @@ ALLOWED = {
 #: The layers, lowest first (docs/design-notes.md's map): module-name prefixes relative to
 #: ``tfmatcomp.``; a module belongs to the layer of its longest matching prefix.
 LAYERS = [
-    ("validation", "_interrupts", "_progress", "_notebook"), ("task",), ("config",), ("models.components",), ("models",),
+    ("validation", "_interrupts", "_progress", "_notebook", "_lazy"), ("task",), ("config",), ("models.components",), ("models",),
     ("interventions.base", "interventions.hook_fn", "interventions.serialize", "interventions.weights",
      "interventions.during_training"),
     ("runs",), ("datapath",), ("training",), ("decomposition",), ("distributed",),

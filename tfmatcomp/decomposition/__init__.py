@@ -43,7 +43,7 @@ Example:
 
 
 
-import importlib
+from tfmatcomp._lazy import submodules_on_first_use
 from tfmatcomp.decomposition.accumulator import DecompositionAccumulator
 from tfmatcomp.decomposition.batch import decompose, decompose_cache
 from tfmatcomp.decomposition.drivers import accumulate, hf_bert_modules, residual_pass
@@ -62,14 +62,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A submodule on first use (``tm.decomposition.<module>`` without importing it first), as when
-    ``import tfmatcomp`` imported everything."""
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = submodules_on_first_use(__name__)

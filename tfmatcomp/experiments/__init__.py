@@ -42,7 +42,7 @@ Example:
 """
 
 
-import importlib
+from tfmatcomp._lazy import submodules_on_first_use
 from tfmatcomp.experiments.attention_change import attention_change, attention_targets
 from tfmatcomp.experiments.ablation import attention_ablation, head_ablation_scan, head_group_ablation
 from tfmatcomp.experiments.copying import copying_check
@@ -60,14 +60,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A submodule on first use (``tm.experiments.<module>`` without importing it first), as when
-    ``import tfmatcomp`` imported everything."""
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = submodules_on_first_use(__name__)

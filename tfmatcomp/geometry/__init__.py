@@ -21,7 +21,7 @@ Example:
 """
 
 
-import importlib
+from tfmatcomp._lazy import submodules_on_first_use
 from tfmatcomp.geometry.fourier import gram_dct, low_frequency_energy
 from tfmatcomp.geometry.grid import GridShares, pos_pca, row_column_r2
 from tfmatcomp.geometry.pca import PCAResult, pca
@@ -67,14 +67,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    """A submodule on first use (``tm.geometry.<module>`` without importing it first), as when
-    ``import tfmatcomp`` imported everything."""
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = submodules_on_first_use(__name__)

@@ -25,7 +25,7 @@ Example:
 """
 
 
-import importlib
+from tfmatcomp._lazy import submodules_on_first_use
 from tfmatcomp.report.build import Report, build_report
 from tfmatcomp.report.run import RunContext, SeedGroup, choose_steps, load_context, resolve_run
 from tfmatcomp.report.sections import SECTIONS, Section
@@ -34,14 +34,4 @@ __all__ = ["build_report", "Report", "Section", "RunContext", "SeedGroup", "SECT
            "resolve_run", "load_context", "choose_steps"]
 
 
-def __getattr__(name: str):
-    """A submodule on first use (``tm.report.<module>`` without importing it first), as when
-    ``import tfmatcomp`` imported everything."""
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = submodules_on_first_use(__name__)

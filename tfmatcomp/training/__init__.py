@@ -16,17 +16,7 @@ What differs between model kinds is :mod:`tfmatcomp.models.objectives`.
 The run directory a trainer writes belongs to :mod:`tfmatcomp.runs`.
 """
 
-import importlib
+from tfmatcomp._lazy import submodules_on_first_use
 
 
-def __getattr__(name: str):
-    """A submodule on first use (``tm.training.<module>`` without importing it first), as when
-    ``import tfmatcomp`` imported everything."""
-    if name.startswith("_"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as e:
-        if e.name != f"{__name__}.{name}":
-            raise
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = submodules_on_first_use(__name__)
